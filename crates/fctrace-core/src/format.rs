@@ -1,0 +1,267 @@
+//! Turns records into the text of `trace` and `trace_pipe`, in the style of ftrace's
+//! function_graph tracer:
+//!
+//! ```text
+//!  1)      cat-83       |               |  vfs_read() {
+//!  1)      cat-83       |   0.870 us    |    rw_verify_area();
+//!  1)      cat-83       | + 12.345 us   |  }
+//! ```
+
+use crate::record::{Kind, Reason, Record, F_DURATION, F_INDIRECT, F_RETVAL, F_TAIL};
+use core::fmt::{self, Write};
+
+/// How records are shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Show return values on closing lines.
+    pub retval: bool,
+    /// Show durations.
+    pub duration: bool,
+}
+
+/// The header printed at the top of `trace`.
+pub const HEADER: &str = "# tracer: fctrace\n\
+#\n\
+# CPU  TASK-PID            DURATION                  FUNCTION CALLS\n\
+# |     |   |               |   |                     |   |   |   |\n";
+
+/// Width of the task column (`comm-pid`).
+const TASK_WIDTH: usize = 18;
+
+/// The mark ftrace puts before long durations.
+pub fn duration_mark(ns: u64) -> char {
+    match ns {
+        n if n > 1_000_000_000 => '$',
+        n if n > 100_000_000 => '@',
+        n if n > 10_000_000 => '*',
+        n if n > 1_000_000 => '#',
+        n if n > 100_000 => '!',
+        n if n > 10_000 => '+',
+        _ => ' ',
+    }
+}
+
+struct Task<'a>(&'a Record);
+
+impl fmt::Display for Task<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Right-align `comm-pid` without allocating: count digits first.
+        let mut digits = 1;
+        let mut p = self.0.pid / 10;
+        while p > 0 {
+            digits += 1;
+            p /= 10;
+        }
+        let comm = self.0.comm_str();
+        let len = comm.len() + 1 + digits;
+        for _ in len..TASK_WIDTH {
+            f.write_char(' ')?;
+        }
+        write!(f, "{}-{}", comm, self.0.pid)
+    }
+}
+
+fn write_prefix(w: &mut impl Write, r: &Record, dur: Option<u64>) -> fmt::Result {
+    write!(w, "{:>2}) {} |", r.cpu, Task(r))?;
+    match dur {
+        Some(ns) => write!(w, " {} {:>6}.{:03} us  |", duration_mark(ns), ns / 1000, ns % 1000),
+        None => w.write_str("                 |"),
+    }?;
+    for _ in 0..=r.depth {
+        w.write_str("  ")?;
+    }
+    Ok(())
+}
+
+fn write_comment(w: &mut impl Write, head: Option<&str>, parts: &[&dyn fmt::Display]) -> fmt::Result {
+    if parts.is_empty() && head.is_none() {
+        return Ok(());
+    }
+    w.write_str(" /* ")?;
+    if let Some(h) = head {
+        w.write_str(h)?;
+        if !parts.is_empty() {
+            w.write_char(' ')?;
+        }
+    }
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            w.write_str(", ")?;
+        }
+        write!(w, "{}", p)?;
+    }
+    w.write_str(" */")
+}
+
+struct Retval(u64);
+
+impl fmt::Display for Retval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Show small negative values (errnos) as such, like funcgraph-retval.
+        let v = self.0 as i64;
+        if (-4095..0).contains(&v) {
+            write!(f, "ret={}", v)
+        } else {
+            write!(f, "ret={:#x}", self.0)
+        }
+    }
+}
+
+/// Writes one line for `r`. `name` is the symbol of `r.func`. `ret` is the matching
+/// return when the reader found it right after a call: the pair is shown as one leaf line
+/// `name();` with the return's duration and value.
+pub fn write_record(
+    w: &mut impl Write,
+    r: &Record,
+    name: &str,
+    ret: Option<&Record>,
+    opts: Options,
+) -> fmt::Result {
+    let kind = Kind::from_u8(r.kind);
+    let reason = Reason::from_u8(r.reason);
+    let mut notes: [&dyn fmt::Display; 3] = [&""; 3];
+    let mut n = 0;
+    let tail = "tail call";
+    let indirect = "indirect";
+    let retval;
+    let closing = ret.or(if kind == Some(Kind::Ret) { Some(r) } else { None });
+    let dur = closing.filter(|c| opts.duration && c.flags & F_DURATION != 0).map(|c| c.dur);
+    if kind != Some(Kind::Ret) {
+        if r.flags & F_TAIL != 0 {
+            notes[n] = &tail;
+            n += 1;
+        }
+        if r.flags & F_INDIRECT != 0 {
+            notes[n] = &indirect;
+            n += 1;
+        }
+    }
+    let reason_text = reason.text();
+    if reason != Reason::None {
+        notes[n] = &reason_text;
+        n += 1;
+    }
+    if let Some(c) = closing.filter(|c| opts.retval && c.flags & F_RETVAL != 0) {
+        retval = Retval(c.retval);
+        if n < notes.len() {
+            notes[n] = &retval;
+            n += 1;
+        }
+    }
+    write_prefix(w, r, dur)?;
+    let mut head = None;
+    match kind {
+        Some(Kind::Call) if ret.is_some() => write!(w, "{}();", name)?,
+        Some(Kind::Call) => write!(w, "{}() {{", name)?,
+        Some(Kind::Leaf) => write!(w, "{}();", name)?,
+        Some(Kind::Ret) => {
+            w.write_str("}")?;
+            if n > 0 {
+                // Name the function being closed so the note can be read on its own.
+                head = Some(name);
+            }
+        }
+        None => write!(w, "?? kind {}", r.kind)?,
+    }
+    write_comment(w, head, notes.get(..n).unwrap_or(&[]))?;
+    w.write_char('\n')
+}
+
+/// Writes the marker for events the ring buffer lost on `cpu`.
+pub fn write_lost(w: &mut impl Write, cpu: u32, count: u64) -> fmt::Result {
+    writeln!(w, "CPU:{} [LOST {} EVENTS]", cpu, count)
+}
+
+/// True when `ret` closes the frame `call` opened (same task, depth and function), so the
+/// two can be shown as one leaf line.
+pub fn is_matching_return(call: &Record, ret: &Record) -> bool {
+    call.kind == Kind::Call as u8
+        && ret.kind == Kind::Ret as u8
+        && ret.pid == call.pid
+        && ret.depth == call.depth
+        && ret.func == call.func
+        && ret.reason == Reason::None as u8
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::string::String;
+
+    fn rec(kind: Kind, depth: u8) -> Record {
+        let mut r = Record::ZERO;
+        r.kind = kind as u8;
+        r.depth = depth;
+        r.pid = 83;
+        r.tgid = 83;
+        r.cpu = 1;
+        r.func = 0x1000;
+        r.comm[..3].copy_from_slice(b"cat");
+        r
+    }
+
+    const ALL: Options = Options { retval: true, duration: true };
+
+    #[test]
+    fn call_ret_and_leaf_lines() {
+        let mut s = String::new();
+        let call = rec(Kind::Call, 0);
+        write_record(&mut s, &call, "vfs_read", None, ALL).unwrap();
+        let mut ret = rec(Kind::Ret, 0);
+        ret.flags = F_DURATION | F_RETVAL;
+        ret.dur = 12_345;
+        ret.retval = 0x1d;
+        write_record(&mut s, &ret, "vfs_read", None, ALL).unwrap();
+        let mut leaf = rec(Kind::Call, 1);
+        let mut lret = rec(Kind::Ret, 1);
+        lret.flags = F_DURATION;
+        lret.dur = 870;
+        assert!(is_matching_return(&leaf, &lret));
+        write_record(&mut s, &leaf, "rw_verify_area", Some(&lret), ALL).unwrap();
+        leaf.kind = Kind::Leaf as u8;
+        leaf.reason = Reason::Atomic as u8;
+        leaf.flags = F_INDIRECT;
+        write_record(&mut s, &leaf, "_raw_spin_lock", None, ALL).unwrap();
+        let expected = concat!(
+            " 1)             cat-83 |                 |  vfs_read() {\n",
+            " 1)             cat-83 | +     12.345 us  |  } /* vfs_read ret=0x1d */\n",
+            " 1)             cat-83 |        0.870 us  |    rw_verify_area();\n",
+            " 1)             cat-83 |                 |    _raw_spin_lock(); /* indirect, not followed: atomic */\n",
+        );
+        assert_eq!(s, expected);
+    }
+
+    #[test]
+    fn errno_return_values_and_durations_off() {
+        let mut s = String::new();
+        let mut ret = rec(Kind::Ret, 2);
+        ret.flags = F_DURATION | F_RETVAL;
+        ret.retval = (-22i64) as u64;
+        ret.dur = 5;
+        write_record(&mut s, &ret, "f", None, Options { retval: true, duration: false }).unwrap();
+        assert_eq!(s, " 1)             cat-83 |                 |      } /* f ret=-22 */\n");
+    }
+
+    #[test]
+    fn marks_and_lost() {
+        assert_eq!(duration_mark(10), ' ');
+        assert_eq!(duration_mark(10_001), '+');
+        assert_eq!(duration_mark(2_000_000), '#');
+        assert_eq!(duration_mark(2_000_000_000), '$');
+        let mut s = String::new();
+        write_lost(&mut s, 3, 42).unwrap();
+        assert_eq!(s, "CPU:3 [LOST 42 EVENTS]\n");
+    }
+
+    #[test]
+    fn non_matching_returns_are_not_merged() {
+        let call = rec(Kind::Call, 1);
+        let mut ret = rec(Kind::Ret, 1);
+        ret.pid = 84;
+        assert!(!is_matching_return(&call, &ret));
+        ret.pid = 83;
+        ret.func = 0x2000;
+        assert!(!is_matching_return(&call, &ret));
+    }
+}
