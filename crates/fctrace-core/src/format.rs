@@ -2,9 +2,9 @@
 //! function_graph tracer:
 //!
 //! ```text
-//!  1)      cat-83       |               |  vfs_read() {
-//!  1)      cat-83       |   0.870 us    |    rw_verify_area();
-//!  1)      cat-83       | + 12.345 us   |  }
+//!  1)             cat-83 |                 |  vfs_read() {
+//!  1)             cat-83 |        0.870 us  |    rw_verify_area();
+//!  1)             cat-83 | +     12.345 us  |  } /* vfs_read ret=0x1d */
 //! ```
 
 use crate::record::{Kind, Reason, Record, F_DURATION, F_INDIRECT, F_RETVAL, F_TAIL};
