@@ -1,0 +1,244 @@
+//! `cargo xtask kernel [--force]`: configure and build the test kernel.
+//!
+//! Layout (R = `${XDG_CACHE_HOME:-$HOME/.cache}/fctrace`):
+//! - `R/src/linux-source-6.12`: unpacked `/usr/src/linux-source-6.12.tar.xz`
+//! - `R/build-<version>-<key>`: out-of-tree build (`O=`), where key is the first
+//!   12 hex digits of the sha256 of the config fragment(s) (concatenated)
+//! - `R/build-…/.fctrace-built`: stamp written after a successful build.
+//!
+//! A flavour is a list of fragments applied on top of `tinyconfig`; the
+//! default flavour is `scripts/kernel-fragment.config` alone. (A debug flavour
+//! would append e.g. `scripts/kernel-debug.config`, getting its own key.)
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use xshell::{cmd, Shell};
+
+use crate::util::{bail, cache_root, note, nproc, repo_root, shell, Args, Result};
+
+const TARBALL: &str = "/usr/src/linux-source-6.12.tar.xz";
+const SRC_NAME: &str = "linux-source-6.12";
+const STAMP: &str = ".fctrace-built";
+/// Fragment options the toolchain may legitimately be unable to enable.
+const MAY_BE_MISSING: &[(&str, &str)] = &[(
+    "CONFIG_MITIGATION_RETHUNK",
+    "clang 14 lacks -mfunction-return=thunk-extern, so the kernel cannot enable it",
+)];
+
+pub fn cmd(mut args: Args) -> Result<i32> {
+    let force = args.flag("--force");
+    args.finish()?;
+    crate::setup::ensure()?;
+    let kdir = build(&default_fragments(), force)?;
+    println!("{}", kdir.display());
+    Ok(0)
+}
+
+/// The fragments of the default (non-debug) kernel.
+pub fn default_fragments() -> Vec<PathBuf> {
+    vec![repo_root().join("scripts/kernel-fragment.config")]
+}
+
+/// Build (if needed) and return the kernel build directory (KDIR).
+pub fn kdir() -> Result<PathBuf> {
+    build(&default_fragments(), false)
+}
+
+/// Ensure the kernel for `fragments` is built; return its build directory.
+pub fn build(fragments: &[PathBuf], force: bool) -> Result<PathBuf> {
+    let sh = shell()?;
+    let src = ensure_source(&sh)?;
+    let version = source_version(&src)?;
+    let key = fragment_key(fragments)?;
+    let out = cache_root().join(format!("build-{version}-{key}"));
+    let stamp = out.join(STAMP);
+    let bzimage = out.join("arch/x86/boot/bzImage");
+    if !force && stamp.exists() && bzimage.exists() {
+        note(format!("kernel {version} up to date: {}", out.display()));
+        return Ok(out);
+    }
+    fs::create_dir_all(&out)?;
+
+    // Serialize concurrent builds of the same directory (two cargo xtask runs).
+    let lock = fs::File::create(cache_root().join(format!("build-{version}-{key}.lock")))?;
+    if lock.try_lock().is_err() {
+        note(format!(
+            "another xtask is building {}; waiting for it",
+            out.display()
+        ));
+        lock.lock()?;
+    }
+    if !force && stamp.exists() && bzimage.exists() {
+        note(format!("kernel {version} up to date: {}", out.display()));
+        return Ok(out);
+    }
+    let _ = fs::remove_file(&stamp);
+
+    sh.change_dir(&src);
+    let o = format!("O={}", out.display());
+    let make_args = [o.as_str(), "LLVM=1", "ARCH=x86_64"];
+    let config = out.join(".config");
+    // An existing .config that already satisfies the fragments is reused
+    // (resuming an interrupted build); otherwise (re)configure from scratch.
+    if force || !config.exists() || !check_config(&config, fragments, false)? {
+        cmd!(sh, "make {make_args...} tinyconfig").run()?;
+        let mut merge = vec![out.join(".config")];
+        merge.extend(fragments.iter().cloned());
+        let out_s = out.display().to_string();
+        cmd!(
+            sh,
+            "scripts/kconfig/merge_config.sh -m -O {out_s} {merge...}"
+        )
+        .run()?;
+        cmd!(sh, "make {make_args...} olddefconfig").run()?;
+        if !check_config(&config, fragments, true)? {
+            if !config_has(&config, "CONFIG_RUST", "y")? {
+                note("CONFIG_RUST is not enabled; `make rustavailable` says:");
+                let _ = cmd!(sh, "make {make_args...} rustavailable").run();
+            }
+            bail!(
+                "kernel configuration {} lacks options requested by the fragment(s) (see above)",
+                config.display()
+            );
+        }
+    } else {
+        note(format!("reusing configuration {}", config.display()));
+    }
+
+    let jobs = format!("-j{}", nproc() + 1);
+    note(format!(
+        "building kernel {version} in {} (several minutes)",
+        out.display()
+    ));
+    cmd!(sh, "make {jobs} {make_args...} bzImage modules").run()?;
+    if !bzimage.exists() {
+        bail!("make succeeded but {} is missing", bzimage.display());
+    }
+    fs::write(&stamp, format!("{version} {key}\n"))?;
+    note(format!("kernel built: {}", out.display()));
+    Ok(out)
+}
+
+/// Unpack the Debian kernel source into the cache if it is not there yet.
+/// Unpacking goes to a temporary directory first, so a present directory is
+/// always complete.
+fn ensure_source(sh: &Shell) -> Result<PathBuf> {
+    let src_root = cache_root().join("src");
+    let src = src_root.join(SRC_NAME);
+    if src.join("Makefile").exists() {
+        return Ok(src);
+    }
+    if !Path::new(TARBALL).exists() {
+        bail!(
+            "{TARBALL} is missing (apt-get install linux-source-6.12; `cargo xtask setup` does it)"
+        );
+    }
+    fs::create_dir_all(&src_root)?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".unpack-")
+        .tempdir_in(&src_root)?;
+    let tmp_path = tmp.path().to_path_buf();
+    note(format!("unpacking {TARBALL} into {}", src_root.display()));
+    cmd!(sh, "tar -C {tmp_path} -xf {TARBALL}").run()?;
+    let unpacked = tmp_path.join(SRC_NAME);
+    if !unpacked.join("Makefile").exists() {
+        bail!("{TARBALL} did not contain {SRC_NAME}/Makefile");
+    }
+    if src.exists() {
+        fs::remove_dir_all(&src)?; // incomplete leftover
+    }
+    fs::rename(&unpacked, &src)?;
+    Ok(src)
+}
+
+/// VERSION.PATCHLEVEL.SUBLEVEL from the top-level Makefile.
+pub fn source_version(src: &Path) -> Result<String> {
+    let mk = fs::read_to_string(src.join("Makefile"))?;
+    let get = |name: &str| -> Result<String> {
+        for line in mk.lines().take(20) {
+            if let Some((k, v)) = line.split_once('=') {
+                if k.trim() == name {
+                    return Ok(v.trim().to_string());
+                }
+            }
+        }
+        bail!("{name} not found in {}/Makefile", src.display())
+    };
+    Ok(format!(
+        "{}.{}.{}",
+        get("VERSION")?,
+        get("PATCHLEVEL")?,
+        get("SUBLEVEL")?
+    ))
+}
+
+/// First 12 hex digits of sha256 over the fragments' concatenated contents
+/// (for a single fragment: the sha256 of that file).
+pub fn fragment_key(fragments: &[PathBuf]) -> Result<String> {
+    let mut data = Vec::new();
+    for f in fragments {
+        data.extend(fs::read(f).map_err(|e| format!("{}: {e}", f.display()))?);
+    }
+    let mut child = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("sha256sum: {e}"))?;
+    child.stdin.take().unwrap().write_all(&data)?;
+    let out = child.wait_with_output()?;
+    let hex = String::from_utf8_lossy(&out.stdout);
+    let hex = hex.split_whitespace().next().unwrap_or("");
+    if !out.status.success() || hex.len() < 12 {
+        bail!("sha256sum failed");
+    }
+    Ok(hex[..12].to_string())
+}
+
+/// `CONFIG_X=y` lines requested by the fragments.
+fn wanted_y(fragments: &[PathBuf]) -> Result<Vec<String>> {
+    let mut v = Vec::new();
+    for f in fragments {
+        for line in fs::read_to_string(f)?.lines() {
+            if let Some(name) = line.trim().strip_suffix("=y") {
+                if name.starts_with("CONFIG_") {
+                    v.push(name.to_string());
+                }
+            }
+        }
+    }
+    Ok(v)
+}
+
+fn config_has(config: &Path, name: &str, value: &str) -> Result<bool> {
+    let want = format!("{name}={value}");
+    Ok(fs::read_to_string(config)?.lines().any(|l| l == want))
+}
+
+/// Is every `=y` option of the fragments `=y` in `config`? With `report`,
+/// print each missing one (and notes for tolerated ones).
+fn check_config(config: &Path, fragments: &[PathBuf], report: bool) -> Result<bool> {
+    let text = fs::read_to_string(config)?;
+    let have: std::collections::HashSet<&str> = text.lines().collect();
+    let mut ok = true;
+    for name in wanted_y(fragments)? {
+        if have.contains(format!("{name}=y").as_str()) {
+            continue;
+        }
+        if let Some((_, why)) = MAY_BE_MISSING.iter().find(|(n, _)| *n == name) {
+            if report {
+                note(format!("note: {name} is not set: {why}"));
+            }
+            continue;
+        }
+        if report {
+            note(format!(
+                "error: fragment wants {name}=y, but .config does not have it"
+            ));
+        }
+        ok = false;
+    }
+    Ok(ok)
+}

@@ -1,0 +1,58 @@
+//! `cargo xtask module`: build `rust-kmod/fctrace.ko` against the test kernel
+//! by invoking Kbuild directly (`make -C <KDIR> LLVM=1 M=<repo>/rust-kmod`).
+
+use std::path::{Path, PathBuf};
+
+use xshell::cmd;
+
+use crate::util::{bail, note, repo_root, shell, Args, Result};
+
+pub fn cmd(args: Args) -> Result<i32> {
+    args.finish()?;
+    crate::setup::ensure()?;
+    let kdir = crate::kernel::kdir()?;
+    let ko = build(&kdir)?;
+    println!("{}", ko.display());
+    Ok(0)
+}
+
+pub fn module_dir() -> PathBuf {
+    repo_root().join("rust-kmod")
+}
+
+/// Where the built module appears.
+pub fn ko_path() -> PathBuf {
+    module_dir().join("fctrace.ko")
+}
+
+/// Build the module; returns the path of `fctrace.ko`.
+pub fn build(kdir: &Path) -> Result<PathBuf> {
+    let dir = module_dir();
+    if !dir.join("Kbuild").exists() && !dir.join("Makefile").exists() {
+        bail!(
+            "{} has neither Kbuild nor Makefile: module source not present yet",
+            dir.display()
+        );
+    }
+    let sh = shell()?;
+    let m = format!("M={}", dir.display());
+    let ko = ko_path();
+    let before = std::fs::metadata(&ko).and_then(|m| m.modified()).ok();
+    cmd!(sh, "make -C {kdir} LLVM=1 ARCH=x86_64 {m}")
+        .run()
+        .map_err(|e| format!("module build failed: {e}"))?;
+    if !ko.exists() {
+        bail!("make succeeded but {} was not produced", ko.display());
+    }
+    let after = std::fs::metadata(&ko).and_then(|m| m.modified()).ok();
+    note(format!(
+        "module {}: {}",
+        if before == after {
+            "up to date"
+        } else {
+            "built"
+        },
+        ko.display()
+    ));
+    Ok(ko)
+}

@@ -1,0 +1,288 @@
+//! `cargo xtask test [PATTERN] [--timeout SECS]`:
+//! 1. `cargo test --workspace` on the host (env `FCTRACE_VMLINUX=<KDIR>/vmlinux`);
+//! 2. boot the guest with `/selftests/fctracetest [PATTERN]` as the script;
+//! 3. parse the KTAP output, print a summary and a last line
+//!    `fctrace: N passed, N failed, N skipped`.
+//!
+//! Fails if a host test failed, a selftest failed, the runner did not finish,
+//! or the console shows a kernel problem report.
+
+use std::io::Write;
+
+use xshell::cmd;
+
+use crate::util::{note, out_dir, shell, Args, Result};
+use crate::vm::{self, VmOpts};
+
+pub fn cmd(mut args: Args) -> Result<i32> {
+    let _debug = args.flag("--debug"); // reserved: debug kernel flavour
+    let opts = VmOpts::from_args(&mut args)?;
+    let rest = args.finish()?;
+    if rest.len() > 1 {
+        return Err("test takes at most one PATTERN".into());
+    }
+    let pattern = rest.into_iter().next();
+
+    crate::setup::ensure()?;
+    let kdir = crate::kernel::kdir()?;
+
+    // 1. host tests
+    let sh = shell()?;
+    let vmlinux = kdir.join("vmlinux");
+    note("host tests: cargo test --workspace");
+    let host_ok = cmd!(sh, "cargo test --workspace")
+        .env("FCTRACE_VMLINUX", &vmlinux)
+        .run()
+        .is_ok();
+    if !host_ok {
+        note("host tests FAILED (continuing with the selftests)");
+    }
+
+    // 2. selftests in the guest
+    let mut script = tempfile::Builder::new()
+        .prefix("fctrace-test-")
+        .suffix(".sh")
+        .tempfile()?;
+    let arg = match &pattern {
+        Some(p) => format!(" '{}'", p.replace('\'', r"'\''")),
+        None => String::new(),
+    };
+    write!(
+        script,
+        "#!/bin/sh\ncd /selftests || exit 1\nexec sh ./fctracetest{arg}\n"
+    )?;
+    script.flush()?;
+    let (kdir, initrd) = vm::prepare(true, Some(script.path()))?;
+    let run = vm::run_script(&kdir, &initrd, &opts)?;
+    let problems = vm::print_reports(&kdir, &run.reports);
+
+    // 3. summary
+    let k = parse_ktap(&run.console);
+    let s = k.summary();
+    println!();
+    println!("==================== fctrace test summary");
+    println!(
+        "host tests (cargo test --workspace): {}",
+        if host_ok { "ok" } else { "FAILED" }
+    );
+    for (num, name) in &k.failed_names {
+        println!("FAILED selftest {num}: {name}");
+    }
+    if let Some(p) = k.plan {
+        if k.results < p {
+            println!(
+                "selftests: {} of {p} planned tests did not report",
+                p - k.results
+            );
+        }
+    }
+    if !k.started {
+        println!("selftests: the runner produced no KTAP output");
+    } else if !k.totals_seen || run.exit.is_none() {
+        println!("selftests: the runner did not finish");
+    } else if run.exit != Some(0) && s.failed == 0 {
+        println!("selftests: runner exited with status {:?}", run.exit);
+    }
+    if problems {
+        println!(
+            "kernel problems in the guest console: {} (see above)",
+            run.reports.len()
+        );
+    }
+    println!("console log: {}", out_dir().join("console.log").display());
+    println!(
+        "fctrace: {} passed, {} failed, {} skipped",
+        s.passed, s.failed, s.skipped
+    );
+
+    let ok =
+        host_ok && s.failed == 0 && k.started && k.totals_seen && run.exit == Some(0) && !problems;
+    Ok(if ok { 0 } else { 1 })
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub passed: usize,
+    pub failed: usize,
+    pub skipped: usize,
+}
+
+#[derive(Debug, Default)]
+pub struct Ktap {
+    pub started: bool,
+    pub plan: Option<usize>,
+    /// Number of result lines seen.
+    pub results: usize,
+    pub parsed: Summary,
+    pub totals: Option<Summary>,
+    pub totals_seen: bool,
+    pub failed_names: Vec<(usize, String)>,
+}
+
+impl Ktap {
+    /// Counts: the runner's `# Totals:` line when present (robust against
+    /// kernel messages that garble a result line); otherwise the parsed
+    /// result lines, with planned-but-missing tests counted as failed.
+    pub fn summary(&self) -> Summary {
+        if let Some(t) = &self.totals {
+            return Summary { ..*t };
+        }
+        let missing = self
+            .plan
+            .map(|p| p.saturating_sub(self.results))
+            .unwrap_or(0);
+        Summary {
+            passed: self.parsed.passed,
+            failed: self.parsed.failed + missing,
+            skipped: self.parsed.skipped,
+        }
+    }
+}
+
+/// Parse the top-level KTAP output of `fctracetest` from the console.
+pub fn parse_ktap(console: &str) -> Ktap {
+    let mut k = Ktap::default();
+    for line in console.lines() {
+        let line = line.trim_end_matches('\r');
+        if line.trim() == "KTAP version 1" {
+            // A new run restarts parsing (only one is expected).
+            k = Ktap {
+                started: true,
+                ..Ktap::default()
+            };
+            continue;
+        }
+        if !k.started {
+            continue;
+        }
+        if let Some(n) = line.strip_prefix("1..") {
+            if let Ok(n) = n.trim().parse() {
+                k.plan = Some(n);
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# Totals:") {
+            k.totals_seen = true;
+            let get = |key: &str| -> Option<usize> {
+                let i = rest.find(key)? + key.len();
+                rest[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit())
+                    .collect::<String>()
+                    .parse()
+                    .ok()
+            };
+            if let (Some(p), Some(f), Some(s)) = (get("pass:"), get("fail:"), get("skip:")) {
+                k.totals = Some(Summary {
+                    passed: p,
+                    failed: f,
+                    skipped: s,
+                });
+            }
+            continue;
+        }
+        let (ok, rest) = if let Some(r) = line.strip_prefix("ok ") {
+            (true, r)
+        } else if let Some(r) = line.strip_prefix("not ok ") {
+            (false, r)
+        } else {
+            continue;
+        };
+        let (num, name) = rest.split_once(' ').unwrap_or((rest, ""));
+        let Ok(num) = num.parse::<usize>() else {
+            continue;
+        };
+        k.results += 1;
+        let skip = name.contains("# SKIP");
+        if skip {
+            k.parsed.skipped += 1;
+        } else if ok {
+            k.parsed.passed += 1;
+        } else {
+            k.parsed.failed += 1;
+            k.failed_names.push((num, name.trim().to_string()));
+        }
+    }
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RUN: &str = "\
+[    1.0] boot
+KTAP version 1
+1..4
+ok 1 control/set_pid.tc: set_pid accepts PIDs and rejects junk
+# FAIL: expected Invalid argument
+# + echo x
+not ok 2 control/filter.tc: filter rejects junk
+ok 3 trace/fork.tc: follows forks # SKIP
+ok 4 trace/basic.tc: basic
+# Totals: pass:2 fail:1 skip:1
+FCTRACE-EXIT: 1
+";
+
+    #[test]
+    fn parses_run() {
+        let k = parse_ktap(RUN);
+        assert!(k.started && k.totals_seen);
+        assert_eq!(k.plan, Some(4));
+        assert_eq!(k.results, 4);
+        assert_eq!(
+            k.parsed,
+            Summary {
+                passed: 2,
+                failed: 1,
+                skipped: 1
+            }
+        );
+        assert_eq!(
+            k.summary(),
+            Summary {
+                passed: 2,
+                failed: 1,
+                skipped: 1
+            }
+        );
+        assert_eq!(
+            k.failed_names,
+            vec![(2, "control/filter.tc: filter rejects junk".to_string())]
+        );
+    }
+
+    #[test]
+    fn unfinished_run_counts_missing_as_failed() {
+        let k = parse_ktap("KTAP version 1\n1..3\nok 1 a: a\n[ 5.0] Kernel panic\n");
+        assert!(!k.totals_seen);
+        assert_eq!(
+            k.summary(),
+            Summary {
+                passed: 1,
+                failed: 2,
+                skipped: 0
+            }
+        );
+    }
+
+    #[test]
+    fn totals_win_over_garbled_lines() {
+        let k = parse_ktap("KTAP version 1\n1..2\nok 1 a: a\nok[  1.000000] x\n 2 b: b\n# Totals: pass:2 fail:0 skip:0\n");
+        assert_eq!(
+            k.summary(),
+            Summary {
+                passed: 2,
+                failed: 0,
+                skipped: 0
+            }
+        );
+    }
+
+    #[test]
+    fn no_ktap() {
+        let k = parse_ktap("ok 1 not ktap yet\n");
+        assert!(!k.started);
+        assert_eq!(k.summary(), Summary::default());
+    }
+}
