@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: GPL-2.0
+//! x86-64 instruction length and control-flow decoder for fctrace.
+//!
+//! `#![no_std]`, no dependencies, no allocation, never panics. All the code
+//! lives in the single file `src/decode.rs` so that the kernel module can
+//! include the very same source with
+//! `#[path = "../crates/fctrace-decode/src/decode.rs"] pub mod decode;`
+//! (`pub`, or `#[allow(dead_code, unreachable_pub)] mod decode;`, so that the
+//! kernel's `-Wunreachable_pub` and dead-code lints stay quiet).
+//!
+//! [`decode`] decodes one instruction (length, [`Flow`], `endbr64`, nop);
+//! [`scan`] sweeps a whole function body.
+#![no_std]
+// The decoder must not be able to panic (it runs in the kernel, on live text).
+#![deny(
+    missing_docs,
+    clippy::arithmetic_side_effects,
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable,
+    clippy::float_arithmetic
+)]
+
+mod decode;
+pub use decode::*;

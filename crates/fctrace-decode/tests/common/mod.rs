@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Cross-checking `fctrace_decode` against the iced-x86 decoder (shared by the
+//! fixture test and the whole-vmlinux test).
+#![allow(dead_code)]
+
+use fctrace_decode::{decode, DecodeError, Flow, Insn, Mem, Reg, Seg};
+use iced_x86::{
+    Code, Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind,
+    Register,
+};
+
+/// Number (0..15) of a 64/32/16-bit general purpose register in iced.
+fn gpr(r: Register) -> Reg {
+    let full = r.full_register();
+    assert!(full.is_gpr64(), "not a GPR: {r:?}");
+    (full as u32 - Register::RAX as u32) as Reg
+}
+
+fn seg(r: Register) -> Option<Seg> {
+    match r {
+        Register::None => None,
+        Register::FS => Some(Seg::Fs),
+        Register::GS => Some(Seg::Gs),
+        _ => Some(Seg::Other),
+    }
+}
+
+fn mem(i: &Instruction) -> Mem {
+    let rip = matches!(i.memory_base(), Register::RIP | Register::EIP);
+    let base = if rip || i.memory_base() == Register::None {
+        None
+    } else {
+        Some(gpr(i.memory_base()))
+    };
+    let index = if i.memory_index() == Register::None {
+        None
+    } else {
+        Some(gpr(i.memory_index()))
+    };
+    let disp = if rip {
+        // iced gives the absolute target for rip-relative operands.
+        i.memory_displacement64().wrapping_sub(i.next_ip()) as i64 as i32
+    } else {
+        i.memory_displacement64() as i64 as i32
+    };
+    Mem {
+        base,
+        index,
+        scale: i.memory_index_scale() as u8,
+        disp,
+        rip_relative: rip,
+        segment: seg(i.segment_prefix()),
+    }
+}
+
+/// What iced says the instruction is, expressed in our types.
+pub fn iced_to_insn(i: &Instruction) -> Insn {
+    let op0_reg = || i.op0_kind() == OpKind::Register;
+    let flow = match i.flow_control() {
+        FlowControl::Next | FlowControl::Interrupt => {
+            if i.code() == Code::Int3 {
+                Flow::Int3
+            } else {
+                Flow::Next
+            }
+        }
+        // iced counts syscall/sysenter/vmcall/vmmcall/vmrun/... as calls; we
+        // say Next (they go to another privilege level or the hypervisor and
+        // come back to the next instruction).
+        FlowControl::Call if i.op0_kind() != OpKind::NearBranch64 => Flow::Next,
+        FlowControl::Call => Flow::Call(i.near_branch_target()),
+        FlowControl::UnconditionalBranch => Flow::Jmp(i.near_branch_target()),
+        FlowControl::ConditionalBranch => Flow::Jcc(i.near_branch_target()),
+        FlowControl::IndirectCall if op0_reg() => Flow::CallReg(gpr(i.op0_register())),
+        FlowControl::IndirectCall => Flow::CallMem(mem(i)),
+        FlowControl::IndirectBranch if op0_reg() => Flow::JmpReg(gpr(i.op0_register())),
+        FlowControl::IndirectBranch => Flow::JmpMem(mem(i)),
+        FlowControl::Return => Flow::Ret,
+        FlowControl::Exception => {
+            assert!(
+                matches!(i.mnemonic(), Mnemonic::Ud0 | Mnemonic::Ud1 | Mnemonic::Ud2),
+                "{:?}",
+                i.code()
+            );
+            Flow::Ud
+        }
+        FlowControl::XbeginXabortXend => {
+            if i.mnemonic() == Mnemonic::Xbegin {
+                Flow::Jcc(i.near_branch_target())
+            } else {
+                Flow::Next
+            }
+        }
+    };
+    Insn {
+        len: i.len() as u8,
+        flow,
+        endbr64: i.code() == Code::Endbr64,
+        nop: is_nop(i),
+    }
+}
+
+/// Our nop flag: iced's `nop` plus the `0f 1f /1../7` "reserved nops".
+fn is_nop(i: &Instruction) -> bool {
+    i.mnemonic() == Mnemonic::Nop
+        || matches!(
+            i.code(),
+            Code::Reservednop_rm16_r16_0F1F
+                | Code::Reservednop_rm32_r32_0F1F
+                | Code::Reservednop_rm64_r64_0F1F
+        )
+}
+
+/// Canonical form for comparison: the SIB scale means nothing without an index.
+pub fn canon(mut insn: Insn) -> Insn {
+    match &mut insn.flow {
+        Flow::CallMem(m) | Flow::JmpMem(m) if m.index.is_none() => m.scale = 1,
+        _ => {}
+    }
+    insn
+}
+
+/// iced's decoding of the first instruction of `bytes` at `ip`.
+pub fn iced_decode(bytes: &[u8], ip: u64) -> Result<Insn, DecodeError> {
+    let mut d = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+    let i = d.decode();
+    match d.last_error() {
+        DecoderError::None => Ok(iced_to_insn(&i)),
+        DecoderError::NoMoreBytes => Err(DecodeError::Truncated),
+        _ => Err(DecodeError::Invalid),
+    }
+}
+
+/// Disassembly of the first instruction of `bytes` (for messages).
+pub fn disasm(bytes: &[u8], ip: u64) -> String {
+    use iced_x86::Formatter;
+    let mut d = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+    let i = d.decode();
+    let mut s = String::new();
+    iced_x86::GasFormatter::new().format(&i, &mut s);
+    s
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter()
+        .map(|x| format!("{x:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Result of sweeping one function with both decoders in lockstep.
+#[derive(Default, Debug)]
+pub struct Sweep {
+    /// Instructions on which both decoders agree.
+    pub insns: u64,
+    /// Our decodings, in order (offset, insn).
+    pub decoded: Vec<(u32, Insn)>,
+    /// First disagreement, as a human-readable report.
+    pub mismatch: Option<String>,
+    /// Both decoders stopped at the same offset with the same error.
+    pub agreed_error: Option<(u32, DecodeError)>,
+}
+
+/// Sweeps `bytes` (function `name` at `ip`) with both decoders, comparing
+/// instruction by instruction; stops at the first disagreement or error.
+pub fn sweep(name: &str, bytes: &[u8], ip: u64) -> Sweep {
+    let mut s = Sweep::default();
+    let mut off = 0usize;
+    let mut d = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+    while off < bytes.len() {
+        let at = ip + off as u64;
+        d.set_position(off).unwrap();
+        d.set_ip(at);
+        let i = d.decode();
+        let theirs = match d.last_error() {
+            DecoderError::None => Ok(canon(iced_to_insn(&i))),
+            DecoderError::NoMoreBytes => Err(DecodeError::Truncated),
+            _ => Err(DecodeError::Invalid),
+        };
+        let ours = decode(&bytes[off..], at).map(canon);
+        if ours != theirs {
+            let end = (off + 15).min(bytes.len());
+            s.mismatch = Some(format!(
+                "{name}+{off:#x} ({at:#x}): bytes [{}]\n    iced:  {theirs:?}  `{}`\n    ours:  {ours:?}",
+                hex(&bytes[off..end]),
+                disasm(&bytes[off..], at)
+            ));
+            return s;
+        }
+        match ours {
+            Ok(insn) => {
+                s.insns += 1;
+                s.decoded.push((off as u32, insn));
+                off += insn.len as usize;
+            }
+            Err(e) => {
+                s.agreed_error = Some((off as u32, e));
+                return s;
+            }
+        }
+    }
+    // Our own scan() must produce exactly the same sequence.
+    let mut via_scan = Vec::new();
+    let r = fctrace_decode::scan(bytes, ip, |o, insn| via_scan.push((o, *insn)));
+    assert!(r.is_ok(), "{name}: scan failed: {r:?}");
+    let canon_scan: Vec<_> = via_scan.into_iter().map(|(o, i)| (o, canon(i))).collect();
+    let canon_dec: Vec<_> = s.decoded.iter().map(|&(o, i)| (o, canon(i))).collect();
+    assert_eq!(
+        canon_scan, canon_dec,
+        "{name}: scan() differs from decode()"
+    );
+    s
+}

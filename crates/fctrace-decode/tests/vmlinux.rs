@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Decodes every function of the built test kernel's vmlinux by linear sweep
+//! and cross-checks each instruction against iced-x86.
+//!
+//! The ELF comes from `FCTRACE_VMLINUX`, else the newest
+//! `${XDG_CACHE_HOME:-$HOME/.cache}/fctrace/build-*/vmlinux`; without one the
+//! test prints `SKIP: no vmlinux (set FCTRACE_VMLINUX)` and passes.
+
+mod common;
+
+use fctrace_decode::{Flow, Insn};
+use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SectionIndex, SymbolKind};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+
+fn find_vmlinux() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FCTRACE_VMLINUX") {
+        return Some(PathBuf::from(p));
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    let dir = std::fs::read_dir(cache.join("fctrace")).ok()?;
+    dir.filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("build-"))
+        .map(|e| e.path().join("vmlinux"))
+        .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p)
+}
+
+struct Func<'a> {
+    name: &'a str,
+    addr: u64,
+    bytes: &'a [u8],
+}
+
+#[test]
+fn every_vmlinux_function_matches_iced() {
+    let Some(path) = find_vmlinux() else {
+        println!("SKIP: no vmlinux (set FCTRACE_VMLINUX)");
+        return;
+    };
+    let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let elf = object::File::parse(&*data).expect("parse vmlinux ELF");
+
+    // Executable sections.
+    let mut exec: HashMap<SectionIndex, (u64, &[u8])> = HashMap::new();
+    for sec in elf.sections() {
+        if let SectionFlags::Elf { sh_flags } = sec.flags() {
+            if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0 {
+                if let Ok(d) = sec.data() {
+                    if !d.is_empty() {
+                        exec.insert(sec.index(), (sec.address(), d));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        !exec.is_empty(),
+        "no executable section in {}",
+        path.display()
+    );
+
+    // FUNC symbols with a size, deduplicated by (address, size) (aliases).
+    let mut funcs: Vec<Func> = Vec::new();
+    let mut seen = HashSet::new();
+    let mut by_name: HashMap<&str, u64> = HashMap::new();
+    let mut nfunc = 0usize;
+    for sym in elf.symbols() {
+        let Ok(name) = sym.name() else { continue };
+        if sym.kind() == SymbolKind::Text || sym.kind() == SymbolKind::Unknown {
+            by_name.entry(name).or_insert(sym.address());
+        }
+        // FUNC symbols, plus the sized NOTYPE ones in executable sections:
+        // assembly code such as entry_SYSCALL_64 (SYM_CODE_START).
+        if !matches!(sym.kind(), SymbolKind::Text | SymbolKind::Unknown) || sym.size() == 0 {
+            continue;
+        }
+        let Some(idx) = sym.section_index() else {
+            continue;
+        };
+        let Some(&(saddr, sdata)) = exec.get(&idx) else {
+            continue;
+        };
+        let start = (sym.address() - saddr) as usize;
+        let Some(bytes) = sdata.get(start..start + sym.size() as usize) else {
+            panic!("{name}: symbol outside its section");
+        };
+        if seen.insert((sym.address(), sym.size())) {
+            if sym.kind() == SymbolKind::Text {
+                nfunc += 1;
+            }
+            funcs.push(Func {
+                name,
+                addr: sym.address(),
+                bytes,
+            });
+        }
+    }
+    funcs.sort_by_key(|f| f.addr);
+
+    let mut insns = 0u64;
+    let mut mismatches = Vec::new();
+    let mut agreed: Vec<String> = Vec::new();
+    let mut decoded: HashMap<&str, Vec<(u32, Insn)>> = HashMap::new();
+    let mut flows: BTreeMap<&str, u64> = BTreeMap::new();
+    for f in &funcs {
+        let s = common::sweep(f.name, f.bytes, f.addr);
+        insns += s.insns;
+        if let Some(m) = s.mismatch {
+            mismatches.push(m);
+        }
+        if let Some((off, e)) = s.agreed_error {
+            agreed.push(format!(
+                "{}+{off:#x} {e:?} [{}]",
+                f.name,
+                common::hex(
+                    &f.bytes[off as usize..][..f.bytes.len().saturating_sub(off as usize).min(8)]
+                )
+            ));
+        }
+        for (_, i) in &s.decoded {
+            let k = match i.flow {
+                Flow::Next => "next",
+                Flow::Call(_) => "call",
+                Flow::CallReg(_) => "call *reg",
+                Flow::CallMem(_) => "call *mem",
+                Flow::Jmp(_) => "jmp",
+                Flow::JmpReg(_) => "jmp *reg",
+                Flow::JmpMem(_) => "jmp *mem",
+                Flow::Jcc(_) => "jcc",
+                Flow::Ret => "ret",
+                Flow::Int3 => "int3",
+                Flow::Ud => "ud",
+            };
+            *flows.entry(k).or_default() += 1;
+        }
+        decoded.insert(f.name, s.decoded);
+    }
+
+    println!("vmlinux: {}", path.display());
+    println!("flow kinds: {flows:?}");
+    for a in &agreed {
+        println!("both decoders stop (data in a code symbol): {a}");
+    }
+    for m in mismatches.iter().take(50) {
+        println!("MISMATCH {m}");
+    }
+    println!(
+        "checked {} functions ({} FUNC + {} sized NOTYPE code symbols), {} instructions against iced-x86: {} mismatches, {} functions ending in agreed undecodable bytes",
+        funcs.len(),
+        nfunc,
+        funcs.len() - nfunc,
+        insns,
+        mismatches.len(),
+        agreed.len()
+    );
+    assert!(
+        mismatches.is_empty(),
+        "{} mismatches against iced-x86",
+        mismatches.len()
+    );
+    assert!(
+        funcs.len() > 5_000 && insns > 300_000,
+        "suspiciously small vmlinux"
+    );
+    // Kernel text is code: at most a handful of asm symbols may contain data.
+    assert!(agreed.len() <= 20, "too many undecodable functions");
+
+    kernel_facts(&funcs, &decoded, &by_name);
+}
+
+fn kernel_facts(
+    funcs: &[Func],
+    decoded: &HashMap<&str, Vec<(u32, Insn)>>,
+    by_name: &HashMap<&str, u64>,
+) {
+    let get = |n: &str| decoded.get(n).unwrap_or_else(|| panic!("no function {n}"));
+
+    // vfs_read calls rw_verify_area directly and returns.
+    let vfs_read = get("vfs_read");
+    let rwv = by_name["rw_verify_area"];
+    assert!(
+        vfs_read.iter().any(|(_, i)| i.flow == Flow::Call(rwv)),
+        "vfs_read does not call rw_verify_area"
+    );
+    assert!(
+        vfs_read.iter().any(|(_, i)| i.flow == Flow::Ret),
+        "vfs_read has no ret"
+    );
+    // Exported / address-taken functions start with endbr64 (CONFIG_X86_KERNEL_IBT=y).
+    for n in [
+        "vfs_read",
+        "rw_verify_area",
+        "x64_sys_call",
+        "kmalloc_trace_noprof",
+        "schedule",
+    ] {
+        if let Some(d) = decoded.get(n) {
+            assert!(d[0].1.endbr64, "{n} does not start with endbr64");
+        }
+    }
+    // The ftrace site follows endbr64 in traced functions: objtool --mcount
+    // already turned `call __fentry__` into a 5-byte nop in the static image.
+    let i1 = vfs_read[1].1;
+    assert!(
+        i1.nop && i1.len == 5 && vfs_read[1].0 == 4,
+        "vfs_read: no nop5 fentry site after endbr64: {i1:?}"
+    );
+
+    let endbr = funcs
+        .iter()
+        .filter(|f| get(f.name).first().is_some_and(|(_, i)| i.endbr64))
+        .count();
+    println!("{endbr} of {} functions start with endbr64", funcs.len());
+
+    // __pfx_ symbols (CONFIG_CALL_PADDING): 16 one-byte nops before each function.
+    let pfx: Vec<_> = funcs
+        .iter()
+        .filter(|f| f.name.starts_with("__pfx_"))
+        .collect();
+    for f in &pfx {
+        assert!(
+            get(f.name).iter().all(|(_, i)| i.nop),
+            "{} is not all nops",
+            f.name
+        );
+    }
+    println!("{} __pfx_ padding symbols, all nops", pfx.len());
+
+    // Retpolines: register-indirect calls are `call __x86_indirect_thunk_<reg>`
+    // in the static image (rewritten by alternatives at boot).
+    let thunks: HashMap<u64, &str> = by_name
+        .iter()
+        .filter(|(n, _)| {
+            n.starts_with("__x86_indirect_thunk_") || n.starts_with("__x86_indirect_call_thunk_")
+        })
+        .map(|(n, a)| (*a, *n))
+        .collect();
+    assert!(thunks.len() >= 15, "retpoline thunks missing: {thunks:?}");
+    let (mut thunk_calls, mut thunk_jmps, mut indirect_calls) = (0u64, 0u64, 0u64);
+    let mut per_thunk: BTreeMap<&str, u64> = BTreeMap::new();
+    for d in decoded.values() {
+        for (_, i) in d {
+            match i.flow {
+                Flow::Call(t) if thunks.contains_key(&t) => {
+                    thunk_calls += 1;
+                    *per_thunk.entry(thunks[&t]).or_default() += 1;
+                }
+                Flow::Jmp(t) if thunks.contains_key(&t) => thunk_jmps += 1,
+                Flow::CallReg(_) | Flow::CallMem(_) => indirect_calls += 1,
+                _ => {}
+            }
+        }
+    }
+    println!(
+        "retpoline: {thunk_calls} calls and {thunk_jmps} tail-jumps to __x86_indirect_thunk_*; {indirect_calls} plain indirect calls"
+    );
+    println!("calls per thunk: {per_thunk:?}");
+    assert!(thunk_calls > 1000, "expected many retpoline calls");
+    assert!(
+        per_thunk
+            .get("__x86_indirect_thunk_r11")
+            .copied()
+            .unwrap_or(0)
+            > 100
+    );
+
+    // clang 14: no return thunk, functions return with a plain ret.
+    if let Some(&rt) = by_name.get("__x86_return_thunk") {
+        let jmps = decoded
+            .values()
+            .flatten()
+            .filter(|(_, i)| i.flow == Flow::Jmp(rt))
+            .count();
+        println!("jmp __x86_return_thunk: {jmps}");
+    }
+
+    // x64_sys_call dispatches to the syscall handlers through a compare tree
+    // (-fno-jump-tables under retpoline) ending in direct (mostly conditional)
+    // tail jumps to the handlers.
+    let sys: HashSet<u64> = by_name
+        .iter()
+        .filter(|(n, _)| n.starts_with("__x64_sys_"))
+        .map(|(_, a)| *a)
+        .collect();
+    let (mut calls, mut jmps) = (0, 0);
+    for (_, i) in get("x64_sys_call") {
+        match i.flow {
+            Flow::Call(t) if sys.contains(&t) => calls += 1,
+            Flow::Jmp(t) | Flow::Jcc(t) if sys.contains(&t) => jmps += 1,
+            _ => {}
+        }
+    }
+    println!("x64_sys_call: {calls} calls and {jmps} (conditional) tail jumps to __x64_sys_*");
+    assert!(
+        calls + jmps > 200,
+        "x64_sys_call reaches only {} syscall handlers",
+        calls + jmps
+    );
+}
