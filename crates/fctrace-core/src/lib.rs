@@ -5,6 +5,7 @@
 //! thing in both builds. Nothing here allocates or panics on bad input.
 #![no_std]
 
+pub mod cond;
 pub mod format;
 pub mod parse;
 pub mod record;

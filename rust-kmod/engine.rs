@@ -1,0 +1,1095 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The dynamic call-site engine.
+//!
+//! A function is *armed* when a kprobe sits on each of its call instructions, tail jumps
+//! and returns. When a traced task reaches an armed call site, the call is recorded and, if
+//! the callee is not armed yet, the task is sent through `fctrace_trampoline`, which arms
+//! the callee in the task's own (sleepable) context and then runs the call again. So the
+//! probed code grows with what the task executes, and nothing else is touched.
+//!
+//! Each traced thread inside a trace has a slot with a shadow stack of frames. A frame is
+//! identified by the stack pointer at the callee's entry (`entry_sp`): a return at stack
+//! pointer `sp` closes every frame with `entry_sp <= sp`, which keeps the tree consistent
+//! through tail calls (several frames share one `entry_sp`) and missed returns.
+
+use crate::bindings;
+use crate::buffer::Buffer;
+use crate::control::{Control, ErrorLog};
+use crate::decode::{self, Flow};
+use crate::kprobe::{Batch, Probe};
+use crate::parse::{self, FilterVerdict};
+use crate::record::{Kind, Reason, Record, F_DURATION, F_INDIRECT, F_RETVAL, F_TAIL};
+use core::cell::UnsafeCell;
+use kernel::ffi::c_int;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use kernel::alloc::{KVVec, KVec};
+use kernel::prelude::*;
+use kernel::sync::Mutex;
+use kernel::{c_str, new_mutex};
+
+/// The most frames one task's trace can hold; `max_depth` is at most this.
+pub(crate) const MAX_FRAMES: usize = 128;
+/// Threads that can be inside a trace at once.
+pub(crate) const MAX_TASKS: usize = 64;
+/// Processes `set_pid` can hold.
+pub(crate) const MAX_PIDS: usize = 32;
+/// Functions fctrace can know about at once (armed or refused).
+const TABLE_CAP: usize = 16384;
+/// The most probes armed at once.
+pub(crate) const MAX_PROBES: usize = 60000;
+/// The largest function fctrace decodes.
+const MAX_FUNC_SIZE: u64 = 256 * 1024;
+
+/// What the function table says about a function.
+const ST_ARMED: u32 = 1;
+const ST_HIDDEN: u32 = 2;
+const ST_LEAF: u32 = 3; // with a `Reason` in bits 8..16
+
+/// The single instance, for the C callbacks.
+static STATE: AtomicPtr<State> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The module's state, if loaded.
+pub(crate) fn state() -> Option<&'static State> {
+    let p = STATE.load(Ordering::Acquire);
+    // SAFETY: `STATE` is set to a pinned, heap-allocated `State` by `StateHandle::new` and
+    // cleared in `StateHandle::drop` only after every probe and file is gone and no task
+    // can be in the trampoline; callers never keep the reference past their callback.
+    unsafe { p.as_ref() }
+}
+
+/// How the traced task reaches the callee of a call site.
+#[derive(Clone, Copy)]
+pub(crate) enum Target {
+    /// `call rel32` (or `jmp rel32`): a fixed address.
+    Direct(u64),
+    /// Through a register (`call *%r11`, or a retpoline thunk `call __x86_indirect_thunk_r11`).
+    Reg(u8),
+    /// Through memory (`call *0x10(%rax)`).
+    Mem(decode::Mem),
+}
+
+/// What a probed instruction is.
+#[derive(Clone, Copy)]
+pub(crate) enum SiteKind {
+    /// A call.
+    Call(Target),
+    /// A jump out of the function: a tail call.
+    Tail(Target),
+    /// A conditional jump out of the function: a tail call when condition `cc` holds.
+    TailIf(u64, u8),
+    /// A return (`ret`, or `jmp __x86_return_thunk`).
+    Ret,
+}
+
+/// What the handler of a call-site probe knows.
+pub(crate) struct SiteData {
+    func: u64,
+    func_end: u64,
+    addr: u64,
+    len: u8,
+    kind: SiteKind,
+}
+
+type Site = Probe<SiteData>;
+
+/// An armed function: its probes.
+pub(crate) struct Func {
+    sites: KVec<Site>,
+}
+
+/// Which task-lifetime hook a probe is.
+#[derive(Clone, Copy)]
+pub(crate) enum Hook {
+    /// The start function's entry.
+    Root,
+    /// `do_exit()`: a thread ends.
+    Exit,
+    /// `wake_up_new_task()`: a fork or clone.
+    Fork,
+}
+
+#[derive(Clone, Copy)]
+struct Frame {
+    func: u64,
+    entry_sp: u64,
+    ts: u64,
+    hidden: bool,
+}
+
+const NO_FRAME: Frame = Frame { func: 0, entry_sp: 0, ts: 0, hidden: false };
+
+struct TaskData {
+    gen: u32,
+    depth: usize,
+    hidden: usize,
+    frames: [Frame; MAX_FRAMES],
+    /// While set, probes hit at a stack pointer below this are inside a call that is not
+    /// followed, and are ignored.
+    suppress_below: u64,
+    /// The task is in fctrace's own arming path.
+    guard: bool,
+    pending: u64,
+    last_redirect: u64,
+}
+
+/// One traced thread inside a trace.
+///
+/// # Invariants
+///
+/// `data` is only accessed by the thread whose id is in `pid`, from its own context (its
+/// probe handlers, which run with interrupts off, or the trampoline); a slot is claimed and
+/// released by that thread with atomic operations on `pid`.
+struct TaskSlot {
+    pid: AtomicU32,
+    data: UnsafeCell<TaskData>,
+}
+
+// SAFETY: see the invariant: `data` is never shared between threads.
+unsafe impl Sync for TaskSlot {}
+
+struct Entry {
+    key: AtomicU64,
+    val: AtomicU32,
+}
+
+/// Event counters shown in `stats`.
+pub(crate) struct Stats {
+    pub(crate) written: AtomicU64,
+    pub(crate) write_failed: AtomicU64,
+    pub(crate) reasons: [AtomicU64; crate::record::Reason::COUNT],
+    pub(crate) task_overflow: AtomicU64,
+    pub(crate) redirects: AtomicU64,
+    pub(crate) funcs_armed: AtomicU64,
+    pub(crate) funcs_refused: AtomicU64,
+    pub(crate) probes_armed: AtomicU64,
+    pub(crate) sites_unprobeable: AtomicU64,
+}
+
+/// Everything fctrace has.
+#[pin_data]
+pub(crate) struct State {
+    /// Settings and armed probes; taken by control-file writes and by the arming path.
+    #[pin]
+    pub(crate) ctl: Mutex<Control>,
+    /// Lines for `error_log`.
+    #[pin]
+    pub(crate) errors: Mutex<ErrorLog>,
+    pub(crate) buf: Buffer,
+    /// Traced processes (thread-group ids), 0 = free.
+    pub(crate) traced: [AtomicU32; MAX_PIDS],
+    /// Probes are registered and tracing.
+    pub(crate) active: AtomicBool,
+    pub(crate) max_depth: AtomicU32,
+    pub(crate) opt_follow_forks: AtomicBool,
+    pub(crate) opt_retval: AtomicBool,
+    pub(crate) opt_duration: AtomicBool,
+    root_hidden: AtomicBool,
+    generation: AtomicU32,
+    /// Tasks sent to the trampoline that have not left `fctrace_arm_pending` yet.
+    inflight: AtomicUsize,
+    table: KVVec<Entry>,
+    tasks: KVVec<TaskSlot>,
+    pub(crate) stats: Stats,
+}
+
+/// Owns the [`State`] and publishes it to the C callbacks.
+pub(crate) struct StateHandle(Pin<KBox<State>>);
+
+impl StateHandle {
+    pub(crate) fn new() -> Result<Self> {
+        let mut table = KVVec::with_capacity(TABLE_CAP, GFP_KERNEL)?;
+        for _ in 0..TABLE_CAP {
+            table.push(Entry { key: AtomicU64::new(0), val: AtomicU32::new(0) }, GFP_KERNEL)?;
+        }
+        let mut tasks = KVVec::with_capacity(MAX_TASKS, GFP_KERNEL)?;
+        for _ in 0..MAX_TASKS {
+            let data = TaskData {
+                gen: 0,
+                depth: 0,
+                hidden: 0,
+                frames: [NO_FRAME; MAX_FRAMES],
+                suppress_below: 0,
+                guard: false,
+                pending: 0,
+                last_redirect: 0,
+            };
+            tasks.push(TaskSlot { pid: AtomicU32::new(0), data: UnsafeCell::new(data) }, GFP_KERNEL)?;
+        }
+        let buf = Buffer::new(crate::control::DEFAULT_BUFFER_KB * 1024)?;
+        let state = KBox::pin_init(
+            pin_init!(State {
+                ctl <- new_mutex!(Control::new()),
+                errors <- new_mutex!(ErrorLog::new()),
+                buf,
+                traced: [const { AtomicU32::new(0) }; MAX_PIDS],
+                active: AtomicBool::new(false),
+                max_depth: AtomicU32::new(0),
+                opt_follow_forks: AtomicBool::new(false),
+                opt_retval: AtomicBool::new(false),
+                opt_duration: AtomicBool::new(true),
+                root_hidden: AtomicBool::new(false),
+                generation: AtomicU32::new(1),
+                inflight: AtomicUsize::new(0),
+                table,
+                tasks,
+                stats: Stats {
+                    written: AtomicU64::new(0),
+                    write_failed: AtomicU64::new(0),
+                    reasons: [const { AtomicU64::new(0) }; crate::record::Reason::COUNT],
+                    task_overflow: AtomicU64::new(0),
+                    redirects: AtomicU64::new(0),
+                    funcs_armed: AtomicU64::new(0),
+                    funcs_refused: AtomicU64::new(0),
+                    probes_armed: AtomicU64::new(0),
+                    sites_unprobeable: AtomicU64::new(0),
+                },
+            }),
+            GFP_KERNEL,
+        )?;
+        STATE.store(&*state as *const State as *mut State, Ordering::Release);
+        Ok(StateHandle(state))
+    }
+}
+
+impl Drop for StateHandle {
+    fn drop(&mut self) {
+        let st: &State = &self.0;
+        {
+            let mut ctl = st.ctl.lock();
+            st.deactivate(&mut ctl);
+        }
+        // SAFETY: trivial C wrapper; waits for a queued sync work item to finish.
+        unsafe { bindings::fctrace_cancel_sync() };
+        // No probe is registered any more, so no task enters the trampoline; wait for those
+        // still in it to leave `fctrace_arm_pending`, then for them to be off its last
+        // instructions (a task preempted there has not passed a voluntary switch).
+        while st.inflight.load(Ordering::Acquire) != 0 {
+            // SAFETY: sleeping in module exit is allowed.
+            unsafe { bindings::msleep(10) };
+        }
+        // SAFETY: waits for an RCU-tasks grace period; callable from process context.
+        unsafe { bindings::synchronize_rcu_tasks() };
+        STATE.store(core::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+fn reg(regs: &bindings::pt_regs, r: u8) -> u64 {
+    (match r {
+        0 => regs.ax,
+        1 => regs.cx,
+        2 => regs.dx,
+        3 => regs.bx,
+        4 => regs.sp,
+        5 => regs.bp,
+        6 => regs.si,
+        7 => regs.di,
+        8 => regs.r8,
+        9 => regs.r9,
+        10 => regs.r10,
+        11 => regs.r11,
+        12 => regs.r12,
+        13 => regs.r13,
+        14 => regs.r14,
+        _ => regs.r15,
+    }) as u64
+}
+
+/// Reads a kernel word that may not be mapped, without faulting.
+fn read_word(addr: u64) -> Option<u64> {
+    let mut v: u64 = 0;
+    // SAFETY: `copy_from_kernel_nofault` checks the source and never faults; the
+    // destination is a local of the right size.
+    let r = unsafe {
+        bindings::copy_from_kernel_nofault((&mut v as *mut u64).cast(), addr as *const _, 8)
+    };
+    (r == 0).then_some(v)
+}
+
+struct Cur {
+    pid: u32,
+    tgid: u32,
+    sleepable: bool,
+}
+
+impl State {
+    fn gen(&self) -> u32 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_traced(&self, tgid: u32) -> bool {
+        tgid != 0 && self.traced.iter().any(|t| t.load(Ordering::Relaxed) == tgid)
+    }
+
+    pub(crate) fn any_traced(&self) -> bool {
+        self.traced.iter().any(|t| t.load(Ordering::Relaxed) != 0)
+    }
+
+    pub(crate) fn count(&self, r: Reason) {
+        if let Some(c) = self.stats.reasons.get(r as usize) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The current task, if it is traced and ran the probed instruction in task context.
+    fn current(&self, regs: &bindings::pt_regs, via_ftrace: bool) -> Option<Cur> {
+        if !self.active.load(Ordering::Acquire) {
+            return None;
+        }
+        let (mut pid, mut tgid) = (0u32, 0u32);
+        // SAFETY: trivial C accessor of `current`, which always exists.
+        unsafe { bindings::fctrace_current_ids(&mut pid, &mut tgid) };
+        if !self.is_traced(tgid) {
+            return None;
+        }
+        let mut sleepable = false;
+        // SAFETY: `regs` are the registers of the probed context, as the C helper expects.
+        if !unsafe { bindings::fctrace_task_context(regs, via_ftrace, &mut sleepable) } {
+            return None;
+        }
+        Some(Cur { pid, tgid, sleepable })
+    }
+
+    fn slot(&self, pid: u32) -> Option<&TaskSlot> {
+        self.tasks.iter().find(|s| s.pid.load(Ordering::Relaxed) == pid)
+    }
+
+    fn claim_slot(&self, pid: u32) -> Option<&TaskSlot> {
+        if let Some(s) = self.slot(pid) {
+            return Some(s);
+        }
+        let s = self
+            .tasks
+            .iter()
+            .find(|s| s.pid.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Relaxed).is_ok());
+        if s.is_none() {
+            self.stats.task_overflow.fetch_add(1, Ordering::Relaxed);
+        }
+        s
+    }
+
+    /// The slot's data for its own thread, reset if it is from before the last
+    /// (de)activation.
+    ///
+    /// # Safety
+    ///
+    /// Called only by the thread `slot.pid` names, and the returned reference is not held
+    /// across anything that could let that thread run another handler (it is dropped
+    /// before the handler returns).
+    unsafe fn data<'a>(&self, slot: &'a TaskSlot) -> &'a mut TaskData {
+        // SAFETY: by the caller's contract and the `TaskSlot` invariant, nobody else
+        // accesses this data now.
+        let d = unsafe { &mut *slot.data.get() };
+        let gen = self.gen();
+        if d.gen != gen {
+            d.gen = gen;
+            d.depth = 0;
+            d.hidden = 0;
+            d.suppress_below = 0;
+            d.guard = false;
+            d.pending = 0;
+            d.last_redirect = 0;
+        }
+        d
+    }
+
+    fn emit(&self, cur: &Cur, kind: Kind, depth: usize, reason: Reason, flags: u8, func: u64, site: u64) -> Record {
+        let mut r = Record::ZERO;
+        r.kind = kind as u8;
+        r.depth = depth.min(255) as u8;
+        r.reason = reason as u8;
+        r.flags = flags;
+        r.pid = cur.pid;
+        r.tgid = cur.tgid;
+        // SAFETY: trivial C accessors.
+        unsafe {
+            r.cpu = bindings::fctrace_cpu();
+            r.ts = bindings::fctrace_clock();
+            bindings::fctrace_current_comm(r.comm.as_mut_ptr());
+        }
+        r.func = func;
+        r.site = site;
+        r
+    }
+
+    fn write(&self, r: &Record) {
+        if self.buf.write(r) {
+            self.stats.written.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.stats.write_failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn leaf(&self, cur: &Cur, d: &mut TaskData, reason: Reason, flags: u8, func: u64, site: u64, sp: u64, tail: bool) {
+        let r = self.emit(cur, Kind::Leaf, d.depth - d.hidden, reason, flags, func, site);
+        self.write(&r);
+        self.count(reason);
+        self.suppress(d, sp, tail);
+    }
+
+    fn suppress(&self, d: &mut TaskData, sp: u64, tail: bool) {
+        // Inside the callee the stack pointer stays below the call site's (a call pushes a
+        // return address); a tail-called function runs at the jump's stack pointer and
+        // returns 8 bytes above it.
+        d.suppress_below = if tail { sp + 8 } else { sp };
+    }
+
+    /// Closes every frame with `entry_sp <= sp`; `exact` frames (`entry_sp == sp`) are the
+    /// ones returning now, the others returned unseen.
+    fn close_frames(&self, cur: &Cur, d: &mut TaskData, sp: u64, site: u64, retval: u64, exiting: bool) {
+        let now = if d.depth > 0 {
+            // SAFETY: trivial C accessor.
+            unsafe { bindings::fctrace_clock() }
+        } else {
+            0
+        };
+        let retval_on = self.opt_retval.load(Ordering::Relaxed);
+        while d.depth > 0 {
+            let f = d.frames[d.depth - 1];
+            if !exiting && f.entry_sp > sp {
+                break;
+            }
+            d.depth -= 1;
+            if f.hidden {
+                d.hidden -= 1;
+                continue;
+            }
+            let reason = if exiting {
+                Reason::Exit
+            } else if f.entry_sp == sp {
+                Reason::None
+            } else {
+                Reason::Unwound
+            };
+            let mut flags = F_DURATION;
+            if reason == Reason::None && retval_on {
+                flags |= F_RETVAL;
+            }
+            let mut r = self.emit(cur, Kind::Ret, d.depth - d.hidden, reason, flags, f.func, site);
+            r.dur = now.saturating_sub(f.ts);
+            r.retval = retval;
+            self.write(&r);
+            if reason != Reason::None {
+                self.count(reason);
+            }
+        }
+    }
+
+    fn release_if_done(&self, slot: &TaskSlot, d: &TaskData) {
+        if d.depth == 0 && d.pending == 0 {
+            slot.pid.store(0, Ordering::Release);
+        }
+    }
+
+    fn lookup(&self, func: u64) -> u32 {
+        let mut i = (func >> 4) as usize % TABLE_CAP;
+        for _ in 0..TABLE_CAP {
+            let e = &self.table[i];
+            let k = e.key.load(Ordering::Acquire);
+            if k == func {
+                return e.val.load(Ordering::Acquire);
+            }
+            if k == 0 {
+                return 0;
+            }
+            i = (i + 1) % TABLE_CAP;
+        }
+        0
+    }
+
+    /// Records `func`'s state. Called with `ctl` held (single writer).
+    fn insert(&self, func: u64, val: u32) -> bool {
+        let mut i = (func >> 4) as usize % TABLE_CAP;
+        for _ in 0..TABLE_CAP * 3 / 4 {
+            let e = &self.table[i];
+            let k = e.key.load(Ordering::Relaxed);
+            if k == 0 || k == func {
+                e.val.store(val, Ordering::Release);
+                e.key.store(func, Ordering::Release);
+                return true;
+            }
+            i = (i + 1) % TABLE_CAP;
+        }
+        false
+    }
+
+    fn resolve_target(&self, t: Target, regs: &bindings::pt_regs, site: &SiteData) -> Option<u64> {
+        match t {
+            Target::Direct(a) => Some(a),
+            Target::Reg(r) => Some(reg(regs, r)),
+            Target::Mem(m) => {
+                if m.segment.is_some() {
+                    return None;
+                }
+                let mut a = m.disp as i64 as u64;
+                if m.rip_relative {
+                    a = a.wrapping_add(site.addr + u64::from(site.len));
+                }
+                if let Some(b) = m.base {
+                    a = a.wrapping_add(reg(regs, b));
+                }
+                if let Some(i) = m.index {
+                    a = a.wrapping_add(reg(regs, i).wrapping_mul(u64::from(m.scale)));
+                }
+                read_word(a)
+            }
+        }
+    }
+
+    /// The pre-handler of every call, jump and return site.
+    fn on_site(&self, site: &SiteData, regs: &mut bindings::pt_regs) -> c_int {
+        let Some(cur) = self.current(regs, false) else { return 0 };
+        let Some(slot) = self.slot(cur.pid) else { return 0 };
+        // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
+        let d = unsafe { self.data(slot) };
+        if d.guard || d.depth == 0 {
+            return 0;
+        }
+        let sp = regs.sp as u64;
+        if d.suppress_below != 0 {
+            if sp < d.suppress_below {
+                return 0;
+            }
+            d.suppress_below = 0;
+        }
+        let (target, tail, indirect) = match site.kind {
+            SiteKind::Ret => {
+                d.last_redirect = 0;
+                self.close_frames(&cur, d, sp, site.addr, regs.ax as u64, false);
+                self.release_if_done(slot, d);
+                return 0;
+            }
+            SiteKind::TailIf(t, cc) => {
+                if !crate::cond::condition_holds(cc, regs.flags as u64) {
+                    return 0;
+                }
+                (Some(t), true, false)
+            }
+            SiteKind::Call(t) => (self.resolve_target(t, regs, site), false, !matches!(t, Target::Direct(_))),
+            SiteKind::Tail(t) => {
+                let a = self.resolve_target(t, regs, site);
+                // An indirect jump inside the function is a jump table, not a tail call.
+                if let Some(a) = a {
+                    if a >= site.func && a < site.func_end {
+                        return 0;
+                    }
+                }
+                (a, true, !matches!(t, Target::Direct(_)))
+            }
+        };
+        let mut flags = 0;
+        if tail {
+            flags |= F_TAIL;
+        }
+        if indirect {
+            flags |= F_INDIRECT;
+        }
+        let Some(target) = target else {
+            d.last_redirect = 0;
+            self.leaf(&cur, d, Reason::IndirectUnknown, flags, 0, site.addr, sp, tail);
+            return 0;
+        };
+        let shown_depth = d.depth - d.hidden;
+        let max = self.max_depth.load(Ordering::Relaxed) as usize;
+        if (max != 0 && shown_depth >= max) || d.depth >= MAX_FRAMES {
+            d.last_redirect = 0;
+            self.leaf(&cur, d, Reason::Depth, flags, target, site.addr, sp, tail);
+            return 0;
+        }
+        let st = self.lookup(target);
+        match st & 0xff {
+            ST_ARMED => {
+                d.last_redirect = 0;
+                let r = self.emit(&cur, Kind::Call, shown_depth, Reason::None, flags, target, site.addr);
+                d.frames[d.depth] = Frame {
+                    func: target,
+                    entry_sp: if tail { sp } else { sp - 8 },
+                    ts: r.ts,
+                    hidden: false,
+                };
+                d.depth += 1;
+                self.write(&r);
+                0
+            }
+            ST_HIDDEN => {
+                d.last_redirect = 0;
+                self.suppress(d, sp, tail);
+                0
+            }
+            ST_LEAF => {
+                d.last_redirect = 0;
+                self.leaf(&cur, d, Reason::from_u8((st >> 8) as u8), flags, target, site.addr, sp, tail);
+                0
+            }
+            _ if cur.sleepable && d.last_redirect != site.addr => {
+                // Send the task to the trampoline: push the probed instruction's address
+                // as a return address (the int3 entry leaves a gap below the interrupted
+                // stack for exactly this) and resume at the trampoline.
+                d.last_redirect = site.addr;
+                d.pending = target;
+                self.inflight.fetch_add(1, Ordering::AcqRel);
+                self.stats.redirects.fetch_add(1, Ordering::Relaxed);
+                let new_sp = regs.sp - 8;
+                // SAFETY: `new_sp` is the word just below the interrupted stack pointer, in
+                // the gap `asm_exc_int3` leaves for emulating a push; the task's stack is
+                // writable.
+                unsafe { *(new_sp as *mut u64) = site.addr };
+                regs.sp = new_sp;
+                // SAFETY: trivial C accessor of a constant address.
+                regs.ip = unsafe { bindings::fctrace_trampoline_addr() } as _;
+                1
+            }
+            _ => {
+                let reason = if cur.sleepable { Reason::ArmFailed } else { Reason::Atomic };
+                d.last_redirect = 0;
+                self.leaf(&cur, d, reason, flags, target, site.addr, sp, tail);
+                0
+            }
+        }
+    }
+
+    /// The pre-handler at the start function's entry: opens a trace.
+    fn on_root(&self, p: *mut bindings::kprobe, regs: &mut bindings::pt_regs) -> c_int {
+        let Some(cur) = self.current(regs, Probe::<Hook>::is_ftrace_based(p)) else { return 0 };
+        let Some(slot) = self.claim_slot(cur.pid) else { return 0 };
+        // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
+        let d = unsafe { self.data(slot) };
+        if d.guard {
+            return 0;
+        }
+        let sp = regs.sp as u64;
+        // Frames at or below this entry's stack pointer are stale (their returns were
+        // missed); deeper ones mean we are nested inside a trace already.
+        if d.depth > 0 {
+            self.close_frames(&cur, d, sp.saturating_sub(1), 0, 0, false);
+            if d.depth > 0 {
+                return 0;
+            }
+        }
+        let hidden = self.root_hidden.load(Ordering::Relaxed);
+        let func = self.root_addr();
+        // SAFETY: trivial C accessor.
+        let ts = unsafe { bindings::fctrace_clock() };
+        d.frames[0] = Frame { func, entry_sp: sp, ts, hidden };
+        d.depth = 1;
+        d.hidden = usize::from(hidden);
+        d.suppress_below = 0;
+        d.last_redirect = 0;
+        if !hidden {
+            let r = self.emit(&cur, Kind::Call, 0, Reason::None, 0, func, 0);
+            d.frames[0].ts = r.ts;
+            self.write(&r);
+        }
+        0
+    }
+
+    fn root_addr(&self) -> u64 {
+        ROOT_ADDR.load(Ordering::Relaxed)
+    }
+
+    /// `do_exit()` entry: close the thread's frames; forget the process when its last
+    /// thread goes.
+    fn on_exit(&self, p: *mut bindings::kprobe, regs: &mut bindings::pt_regs) -> c_int {
+        let Some(cur) = self.current(regs, Probe::<Hook>::is_ftrace_based(p)) else { return 0 };
+        if let Some(slot) = self.slot(cur.pid) {
+            // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
+            let d = unsafe { self.data(slot) };
+            self.close_frames(&cur, d, 0, 0, 0, true);
+            d.pending = 0;
+            slot.pid.store(0, Ordering::Release);
+        }
+        // SAFETY: trivial C accessor of `current`.
+        if unsafe { bindings::fctrace_current_last_thread() } {
+            for t in &self.traced {
+                let _ = t.compare_exchange(cur.tgid, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+            if !self.any_traced() {
+                // SAFETY: trivial C wrapper around `schedule_work()`, callable from here.
+                unsafe { bindings::fctrace_schedule_sync() };
+            }
+        }
+        0
+    }
+
+    /// `wake_up_new_task(p)` entry: with follow-forks, a traced process's child is traced.
+    fn on_fork(&self, p: *mut bindings::kprobe, regs: &mut bindings::pt_regs) -> c_int {
+        if !self.opt_follow_forks.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let Some(cur) = self.current(regs, Probe::<Hook>::is_ftrace_based(p)) else { return 0 };
+        // SAFETY: `wake_up_new_task`'s first argument is a live `task_struct`.
+        let child = unsafe { bindings::fctrace_task_tgid(regs.di as *const _) } as u32;
+        if child == cur.tgid || self.is_traced(child) {
+            return 0;
+        }
+        if !self
+            .traced
+            .iter()
+            .any(|t| t.compare_exchange(0, child, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+        {
+            self.stats.task_overflow.fetch_add(1, Ordering::Relaxed);
+        }
+        0
+    }
+
+    /// Called by the trampoline, in the traced task, which may sleep here.
+    fn arm_pending(&self) {
+        let (mut pid, mut tgid) = (0u32, 0u32);
+        // SAFETY: trivial C accessor of `current`.
+        unsafe { bindings::fctrace_current_ids(&mut pid, &mut tgid) };
+        if let Some(slot) = self.slot(pid) {
+            let target = {
+                // SAFETY: we are thread `pid`; the reference ends with this block.
+                let d = unsafe { self.data(slot) };
+                d.guard = true;
+                d.pending
+            };
+            if target != 0 {
+                // SAFETY: trivial C wrappers of memalloc_nofs_save/restore: allocations
+                // while arming must not recurse into file systems the task may be inside.
+                let nofs = unsafe { bindings::fctrace_nofs_save() };
+                {
+                    let mut ctl = self.ctl.lock();
+                    if self.active.load(Ordering::Acquire) && self.lookup(target) == 0 {
+                        self.arm(&mut ctl, target);
+                    }
+                }
+                // SAFETY: as above.
+                unsafe { bindings::fctrace_nofs_restore(nofs) };
+            }
+            // SAFETY: we are thread `pid`; the reference ends with this block.
+            let d = unsafe { self.data(slot) };
+            d.guard = false;
+            d.pending = 0;
+        }
+        self.inflight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Arms `target`, or records why it is not followed. Returns the new table state.
+    pub(crate) fn arm(&self, ctl: &mut Control, target: u64) -> u32 {
+        let st = match self.try_arm(ctl, target) {
+            Ok(s) => s,
+            Err(r) => {
+                self.stats.funcs_refused.fetch_add(1, Ordering::Relaxed);
+                ST_LEAF | ((r as u32) << 8)
+            }
+        };
+        if !self.insert(target, st) {
+            return ST_LEAF | ((Reason::ArmFailed as u32) << 8);
+        }
+        st
+    }
+
+    fn try_arm(&self, ctl: &mut Control, target: u64) -> core::result::Result<u32, Reason> {
+        let mut name = KVec::with_capacity(crate::control::KSYM_SYMBOL_LEN, GFP_KERNEL)
+            .map_err(|_| Reason::ArmFailed)?;
+        let info = crate::control::symbolize(target, &mut name).ok_or(Reason::NotFunction)?;
+        if info.offset != 0 {
+            return Err(Reason::NotFunction);
+        }
+        let verdict = parse::filter_verdict(ctl.filter_patterns(), info.name.as_bytes());
+        match verdict {
+            FilterVerdict::Hide => return Ok(ST_HIDDEN),
+            FilterVerdict::Leaf => return Err(Reason::Filtered),
+            FilterVerdict::Follow => {}
+        }
+        // SAFETY: trivial C accessor.
+        if unsafe { bindings::fctrace_addr_in_self(target as _) } || is_denied(info.name.as_bytes()) {
+            return Err(Reason::Unprobeable);
+        }
+        if info.size == 0 || info.size > MAX_FUNC_SIZE {
+            return Err(Reason::Unprobeable);
+        }
+        let func = self.build_func(target, info.size).map_err(|e| e)?;
+        let registered = func.sites.iter().filter(|s| s.is_registered()).count();
+        self.stats.probes_armed.fetch_add(registered as u64, Ordering::Relaxed);
+        self.stats.funcs_armed.fetch_add(1, Ordering::Relaxed);
+        ctl.funcs.push(func, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
+        Ok(ST_ARMED)
+    }
+
+    /// Decodes the live code of the function at `start` and registers its probes.
+    fn build_func(&self, start: u64, size: u64) -> core::result::Result<Func, Reason> {
+        let mut code = KVVec::from_elem(0u8, size as usize, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
+        let mut scratch = KVec::with_capacity(crate::control::KSYM_SYMBOL_LEN, GFP_KERNEL)
+            .map_err(|_| Reason::ArmFailed)?;
+        // SAFETY: `code` has `size` writable bytes; the source is checked, never faults.
+        let r = unsafe {
+            bindings::copy_from_kernel_nofault(code.as_mut_ptr().cast(), start as *const _, size as usize)
+        };
+        if r != 0 {
+            return Err(Reason::Unprobeable);
+        }
+        let end = start + size;
+        // First pass: count sites; second: fill.
+        let mut sites: KVec<Site> = KVec::new();
+        for pass in 0..2 {
+            let mut n = 0usize;
+            let mut prev_terminal = false;
+            let mut bad = false;
+            let res = decode::scan(&code, start, |off, insn| {
+                let addr = start + u64::from(off);
+                let terminal_before = prev_terminal;
+                prev_terminal = matches!(insn.flow, Flow::Ret | Flow::Jmp(_) | Flow::JmpReg(_) | Flow::JmpMem(_) | Flow::Ud);
+                // The ftrace site: the 5-byte nop (or call, while ftrace uses it) that
+                // opens the function, after `endbr64` if any.
+                let fentry_off = if code.get(..4) == Some(&[0xf3, 0x0f, 0x1e, 0xfa][..]) { 4 } else { 0 };
+                if off == fentry_off && insn.len == 5 && (insn.nop || matches!(insn.flow, Flow::Call(_))) {
+                    return;
+                }
+                let kind = match insn.flow {
+                    Flow::Call(t) => Some(SiteKind::Call(classify_direct(t, &mut scratch))),
+                    Flow::CallReg(r) => Some(SiteKind::Call(Target::Reg(r))),
+                    Flow::CallMem(m) => Some(SiteKind::Call(Target::Mem(m))),
+                    Flow::Jmp(t) if t < start || t >= end => {
+                        if is_return_thunk(t, &mut scratch) {
+                            Some(SiteKind::Ret)
+                        } else {
+                            Some(SiteKind::Tail(classify_direct(t, &mut scratch)))
+                        }
+                    }
+                    Flow::JmpReg(r) => Some(SiteKind::Tail(Target::Reg(r))),
+                    Flow::JmpMem(m) => Some(SiteKind::Tail(Target::Mem(m))),
+                    Flow::Jcc(t) if t < start || t >= end => {
+                        let bytes = code.get(off as usize..).unwrap_or(&[]);
+                        crate::cond::jcc_condition(bytes).map(|cc| SiteKind::TailIf(t, cc))
+                    }
+                    Flow::Ret => Some(SiteKind::Ret),
+                    Flow::Int3 if !terminal_before && !insn_is_padding(&code, off) => {
+                        // A breakpoint that is not padding: someone else probes this
+                        // function; its bytes cannot be trusted.
+                        bad = true;
+                        None
+                    }
+                    _ => None,
+                };
+                let Some(kind) = kind else { return };
+                n += 1;
+                if pass == 1 {
+                    let data = SiteData { func: start, func_end: end, addr, len: insn.len, kind };
+                    // Capacity was reserved in pass 0, so this does not reallocate.
+                    let _ = sites.push(Probe::at(addr, site_handler, data), GFP_KERNEL);
+                }
+            });
+            if res.is_err() || bad {
+                return Err(Reason::Unprobeable);
+            }
+            if pass == 0 {
+                if self.stats.probes_armed.load(Ordering::Relaxed) as usize + n > MAX_PROBES {
+                    return Err(Reason::ArmFailed);
+                }
+                sites = KVec::with_capacity(n, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
+            }
+        }
+        // Register. A return that cannot be probed would leave frames open: refuse the
+        // whole function then. A call site that cannot be probed is counted.
+        let mut func = Func { sites };
+        let mut ret_failed = false;
+        for s in func.sites.iter_mut() {
+            if s.register().is_err() {
+                if matches!(s.data.kind, SiteKind::Ret) {
+                    ret_failed = true;
+                    break;
+                }
+                self.stats.sites_unprobeable.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if ret_failed || func.sites.iter().all(|s| !s.is_registered()) && !func.sites.is_empty() {
+            let mut batch = Batch::new();
+            for s in func.sites.iter_mut() {
+                batch.add(s);
+            }
+            drop(batch);
+            return Err(Reason::Unprobeable);
+        }
+        Ok(func)
+    }
+
+    /// Registers the probes for tracing: the start function (armed), its entry probe and
+    /// the exit and fork hooks. Called with `ctl` held.
+    pub(crate) fn activate(&self, ctl: &mut Control) -> Result {
+        if self.active.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if !ctl.tracing_on || !self.any_traced() {
+            return Ok(());
+        }
+        let (root, hidden) = match ctl.start {
+            Some(a) => (a, false),
+            None => (crate::control::resolve(c_str!("x64_sys_call"))?.0, true),
+        };
+        ROOT_ADDR.store(root, Ordering::Relaxed);
+        self.root_hidden.store(hidden, Ordering::Relaxed);
+        // No task may keep state from an earlier session.
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        if self.inflight.load(Ordering::Acquire) == 0 {
+            for s in self.tasks.iter() {
+                s.pid.store(0, Ordering::Release);
+            }
+        }
+        self.active.store(true, Ordering::Release);
+        if self.arm(ctl, root) != ST_ARMED {
+            self.deactivate(ctl);
+            return Err(EINVAL);
+        }
+        let hooks: [(Hook, Option<&'static CStr>); 3] =
+            [(Hook::Root, None), (Hook::Exit, Some(c_str!("do_exit"))), (Hook::Fork, Some(c_str!("wake_up_new_task")))];
+        for (hook, sym) in hooks {
+            let p = match sym {
+                Some(s) => Probe::on_symbol(s, hook_handler, hook),
+                None => Probe::at(root, hook_handler, hook),
+            };
+            let mut b = match KBox::new(p, GFP_KERNEL) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.deactivate(ctl);
+                    return Err(e.into());
+                }
+            };
+            if let Err(e) = b.register() {
+                self.deactivate(ctl);
+                return Err(e);
+            }
+            if ctl.hooks.push(b, GFP_KERNEL).is_err() {
+                self.deactivate(ctl);
+                return Err(ENOMEM);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every probe. Called with `ctl` held.
+    pub(crate) fn deactivate(&self, ctl: &mut Control) {
+        self.active.store(false, Ordering::Release);
+        {
+            let mut batch = Batch::new();
+            for h in ctl.hooks.iter_mut() {
+                batch.add(&mut **h);
+            }
+            for f in ctl.funcs.iter_mut() {
+                for s in f.sites.iter_mut() {
+                    batch.add(s);
+                }
+            }
+            // Dropping the batch unregisters all at once; after that no handler runs.
+        }
+        ctl.hooks = KVec::new();
+        ctl.funcs = KVec::new();
+        for e in self.table.iter() {
+            e.key.store(0, Ordering::Relaxed);
+            e.val.store(0, Ordering::Relaxed);
+        }
+        self.stats.probes_armed.store(0, Ordering::Relaxed);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Number of armed functions (for `stats`).
+    pub(crate) fn armed_functions(ctl: &Control) -> usize {
+        ctl.funcs.len()
+    }
+}
+
+static ROOT_ADDR: AtomicU64 = AtomicU64::new(0);
+
+fn insn_is_padding(code: &[u8], off: u32) -> bool {
+    // A run of int3 up to the end of the function is padding.
+    code.get(off as usize..).is_some_and(|rest| rest.iter().all(|&b| b == 0xcc))
+}
+
+/// Resolved once: retpoline thunks are register-indirect calls, the return thunk a return.
+fn classify_direct(t: u64, scratch: &mut KVec<u8>) -> Target {
+    match thunk_register(t, scratch) {
+        Some(r) => Target::Reg(r),
+        None => Target::Direct(t),
+    }
+}
+
+fn thunk_register(t: u64, scratch: &mut KVec<u8>) -> Option<u8> {
+    let name = crate::control::symbolize(t, scratch)?.name;
+    let reg = name.strip_prefix("__x86_indirect_thunk_")?;
+    const NAMES: [&str; 16] =
+        ["rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"];
+    NAMES.iter().position(|n| *n == reg).map(|i| i as u8)
+}
+
+fn is_return_thunk(t: u64, scratch: &mut KVec<u8>) -> bool {
+    crate::control::symbolize(t, scratch).is_some_and(|i| i.name == "__x86_return_thunk")
+}
+
+/// Functions fctrace never arms: its own probe path (the ring buffer, the clock, kprobes,
+/// code patching) and code that runs with the locks arming needs.
+const DENIED: &[&[u8]] = &[
+    b"ring_buffer_*",
+    b"rb_*",
+    b"__rb_*",
+    b"trace_clock*",
+    b"*sched_clock*",
+    b"local_clock*",
+    b"*kprobe*",
+    b"text_poke*",
+    b"*jump_label*",
+    b"*static_key*",
+    b"*static_call*",
+    b"ftrace_*",
+    b"__x86_indirect_thunk*",
+    b"__x86_return_thunk",
+    b"irq_work_*",
+    b"arch_irq_work_raise",
+    b"copy_from_kernel_nofault*",
+    b"memcpy",
+    b"__memcpy",
+    b"memset",
+    b"__memset",
+    b"stop_machine*",
+    b"sprint_symbol*",
+    b"kallsyms_*",
+    b"*int3*",
+    b"irqentry_*",
+    b"synchronize_rcu*",
+];
+
+fn is_denied(name: &[u8]) -> bool {
+    DENIED.iter().any(|p| parse::glob_match(p, name))
+}
+
+unsafe extern "C" fn site_handler(p: *mut bindings::kprobe, regs: *mut bindings::pt_regs) -> c_int {
+    // SAFETY: this handler is installed only on `Probe<SiteData>`s, live while registered.
+    let site = unsafe { Probe::<SiteData>::from_raw(p) };
+    // SAFETY: kprobes passes the probed context's registers, ours to read and change.
+    let regs = unsafe { &mut *regs };
+    match state() {
+        Some(st) => st.on_site(&site.data, regs),
+        None => 0,
+    }
+}
+
+unsafe extern "C" fn hook_handler(p: *mut bindings::kprobe, regs: *mut bindings::pt_regs) -> c_int {
+    // SAFETY: this handler is installed only on `Probe<Hook>`s, live while registered.
+    let hook = unsafe { Probe::<Hook>::from_raw(p) }.data;
+    // SAFETY: kprobes passes the probed context's registers.
+    let regs = unsafe { &mut *regs };
+    let Some(st) = state() else { return 0 };
+    match hook {
+        Hook::Root => st.on_root(p, regs),
+        Hook::Exit => st.on_exit(p, regs),
+        Hook::Fork => st.on_fork(p, regs),
+    }
+}
+
+/// Called by `fctrace_trampoline` (see trampoline.S).
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_arm_pending() {
+    if let Some(st) = state() {
+        st.arm_pending();
+    }
+}
+
+/// Called from the module's work item: tracing ends when no traced process is left.
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_sync_work() {
+    let Some(st) = state() else { return };
+    let mut ctl = st.ctl.lock();
+    if st.active.load(Ordering::Acquire) && !st.any_traced() {
+        st.deactivate(&mut ctl);
+    }
+}

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! fctrace: shows every kernel function call a chosen task makes.
+//!
+//! Probes sit only on the call and return instructions of the functions the traced task
+//! is executing, found by decoding their live machine code; they are added as the task
+//! enters a function. Controlled through a small file system mounted on
+//! `/sys/kernel/fctrace` (see Documentation/fctrace.rst).
+
+use kernel::prelude::*;
+
+#[allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    dead_code,
+    missing_docs,
+    unreachable_pub,
+    improper_ctypes,
+    unsafe_op_in_unsafe_fn,
+    clippy::all,
+    clippy::undocumented_unsafe_blocks
+)]
+mod bindings {
+    include!("bindings_generated.rs");
+}
+
+// The host-tested, no_std logic, compiled here from the same files.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-decode/src/decode.rs"]
+mod decode;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-core/src/cond.rs"]
+mod cond;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-core/src/format.rs"]
+mod format;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-core/src/parse.rs"]
+mod parse;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-core/src/record.rs"]
+mod record;
+
+mod buffer;
+mod control;
+mod engine;
+mod fs;
+mod kprobe;
+mod reader;
+
+module! {
+    type: Fctrace,
+    name: "fctrace",
+    author: "fctrace developers",
+    description: "Dynamic call-site tracer: every kernel function call of chosen tasks",
+    license: "GPL",
+}
+
+struct Fctrace {
+    _fs: fs::Registration,
+    _state: engine::StateHandle,
+}
+
+impl kernel::Module for Fctrace {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        let state = engine::StateHandle::new()?;
+        let fs = fs::Registration::new()?;
+        pr_info!("loaded; mount with: mount -t fctrace nodev /sys/kernel/fctrace\n");
+        Ok(Fctrace { _fs: fs, _state: state })
+    }
+}

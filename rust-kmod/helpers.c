@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * fctrace: the thin C layer. See helpers.h.
+ */
+#include <linux/hardirq.h>
+#include <linux/kallsyms.h>
+#include <linux/kobject.h>
+#include <linux/irq_work.h>
+#include <linux/kprobes.h>
+#include <linux/poll.h>
+#include <linux/wait.h>
+#include <linux/module.h>
+#include <linux/pid.h>
+#include <linux/preempt.h>
+#include <linux/ptrace.h>
+#include <linux/rcupdate.h>
+#include <linux/ring_buffer.h>
+#include <linux/sched.h>
+#include <linux/sched/clock.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/signal.h>
+#include <linux/sysfs.h>
+#include <linux/uaccess.h>
+#include <linux/workqueue.h>
+#include "helpers.h"
+
+/* control.rs sizes its symbol buffers with this. */
+static_assert(KSYM_SYMBOL_LEN <= 1024);
+
+struct trace_buffer *fctrace_rb_alloc(unsigned long size)
+{
+	return ring_buffer_alloc(size, RB_FL_OVERWRITE);
+}
+
+bool fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool *sleepable)
+{
+	unsigned int pc = preempt_count();
+
+	if (via_ftrace) {
+		/* kprobe_ftrace_handler() runs with preemption disabled once. */
+		pc -= 1;
+	} else {
+		/* exc_int3() went through irqentry_nmi_enter(): NMI_OFFSET + HARDIRQ_OFFSET. */
+		if ((pc & NMI_MASK) < NMI_OFFSET)
+			return false;
+		pc -= NMI_OFFSET + HARDIRQ_OFFSET;
+	}
+	if (pc & (NMI_MASK | HARDIRQ_MASK | SOFTIRQ_OFFSET))
+		return false;
+	*sleepable = !(pc & (PREEMPT_MASK | SOFTIRQ_MASK)) &&
+		     (regs->flags & X86_EFLAGS_IF) &&
+		     !rcu_preempt_depth() && !pagefault_disabled() &&
+		     !(current->flags & (PF_EXITING | PF_MEMALLOC));
+	return true;
+}
+
+void fctrace_current_ids(u32 *pid, u32 *tgid)
+{
+	*pid = current->pid;
+	*tgid = current->tgid;
+}
+
+void fctrace_current_comm(u8 *comm16)
+{
+	memcpy(comm16, current->comm, 16);
+	comm16[15] = 0;
+}
+
+u64 fctrace_clock(void)
+{
+	return local_clock();
+}
+
+u32 fctrace_cpu(void)
+{
+	return raw_smp_processor_id();
+}
+
+int fctrace_pid_to_tgid(int nr)
+{
+	struct task_struct *t;
+	int tgid = -ESRCH;
+
+	rcu_read_lock();
+	t = pid_task(find_vpid(nr), PIDTYPE_PID);
+	if (t && !(t->flags & PF_KTHREAD))
+		tgid = t->tgid;
+	else if (t)
+		tgid = -EPERM;
+	rcu_read_unlock();
+	return tgid;
+}
+
+int fctrace_pid_alive(int tgid)
+{
+	struct task_struct *t;
+	int alive;
+
+	rcu_read_lock();
+	t = pid_task(find_vpid(tgid), PIDTYPE_TGID);
+	alive = t && !(t->flags & PF_EXITING);
+	rcu_read_unlock();
+	return alive;
+}
+
+int fctrace_task_tgid(const void *task)
+{
+	return ((const struct task_struct *)task)->tgid;
+}
+
+bool fctrace_current_last_thread(void)
+{
+	return atomic_read(&current->signal->live) <= 1;
+}
+
+unsigned int fctrace_nofs_save(void)
+{
+	return memalloc_nofs_save();
+}
+
+void fctrace_nofs_restore(unsigned int flags)
+{
+	memalloc_nofs_restore(flags);
+}
+
+bool fctrace_addr_in_self(unsigned long addr)
+{
+	return within_module(addr, THIS_MODULE);
+}
+
+struct module *fctrace_this_module(void)
+{
+	return THIS_MODULE;
+}
+
+int fctrace_mountpoint_create(void)
+{
+	return sysfs_create_mount_point(kernel_kobj, "fctrace");
+}
+
+void fctrace_mountpoint_remove(void)
+{
+	sysfs_remove_mount_point(kernel_kobj, "fctrace");
+}
+
+static void fctrace_work_fn(struct work_struct *work)
+{
+	fctrace_sync_work();
+}
+
+static DECLARE_WORK(fctrace_work, fctrace_work_fn);
+
+void fctrace_schedule_sync(void)
+{
+	schedule_work(&fctrace_work);
+}
+
+void fctrace_cancel_sync(void)
+{
+	cancel_work_sync(&fctrace_work);
+}
+
+extern char fctrace_trampoline[];
+
+unsigned long fctrace_trampoline_addr(void)
+{
+	return (unsigned long)fctrace_trampoline;
+}
+
+unsigned long fctrace_kprobe_flag_ftrace(void)
+{
+	return KPROBE_FLAG_FTRACE;
+}
+
+/*
+ * Readers of trace_pipe sleep on this queue. Probe handlers run in int3 (NMI-like)
+ * context where taking the queue's lock could deadlock, so they queue an irq_work, which
+ * does the wake-up from a safe context.
+ */
+static DECLARE_WAIT_QUEUE_HEAD(fctrace_waitq);
+
+static void fctrace_wake_fn(struct irq_work *work)
+{
+	wake_up_all(&fctrace_waitq);
+}
+
+static struct irq_work fctrace_wake_work = IRQ_WORK_INIT(fctrace_wake_fn);
+
+void fctrace_wake_readers(void)
+{
+	if (wq_has_sleeper(&fctrace_waitq))
+		irq_work_queue(&fctrace_wake_work);
+}
+
+int fctrace_wait_readable(void)
+{
+	return wait_event_interruptible(fctrace_waitq, fctrace_readable());
+}
+
+unsigned int fctrace_poll_wait(struct file *file, struct poll_table_struct *pt)
+{
+	poll_wait(file, &fctrace_waitq, pt);
+	return fctrace_readable() ? (EPOLLIN | EPOLLRDNORM) : 0;
+}
+
+void fctrace_wake_sync(void)
+{
+	wake_up_all(&fctrace_waitq);
+	irq_work_sync(&fctrace_wake_work);
+}

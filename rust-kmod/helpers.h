@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * What fctrace's Rust code cannot reach by itself: inline functions, macros with static
+ * keys, per-CPU and `current` accessors. Each helper is a few lines; all policy is in Rust.
+ */
+#ifndef FCTRACE_HELPERS_H
+#define FCTRACE_HELPERS_H
+
+#include <linux/types.h>
+
+struct pt_regs;
+struct trace_buffer;
+struct module;
+
+struct trace_buffer *fctrace_rb_alloc(unsigned long size);
+
+/*
+ * From a probe handler: true when the probed instruction ran in task context (not in a
+ * hard or soft interrupt or NMI). *sleepable tells whether that context could sleep.
+ * via_ftrace: the kprobe is ftrace-based (handler called from the ftrace trampoline)
+ * rather than entered through int3.
+ */
+bool fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool *sleepable);
+
+void fctrace_current_ids(u32 *pid, u32 *tgid);
+void fctrace_current_comm(u8 *comm16);
+u64 fctrace_clock(void);
+u32 fctrace_cpu(void);
+int fctrace_pid_to_tgid(int pid);
+int fctrace_pid_alive(int tgid);
+int fctrace_task_tgid(const void *task);
+bool fctrace_current_last_thread(void);
+unsigned int fctrace_nofs_save(void);
+void fctrace_nofs_restore(unsigned int flags);
+bool fctrace_addr_in_self(unsigned long addr);
+struct module *fctrace_this_module(void);
+int fctrace_mountpoint_create(void);
+void fctrace_mountpoint_remove(void);
+void fctrace_schedule_sync(void);
+void fctrace_cancel_sync(void);
+unsigned long fctrace_trampoline_addr(void);
+unsigned long fctrace_kprobe_flag_ftrace(void);
+
+struct file;
+struct poll_table_struct;
+void fctrace_wake_readers(void);
+int fctrace_wait_readable(void);
+unsigned int fctrace_poll_wait(struct file *file, struct poll_table_struct *pt);
+void fctrace_wake_sync(void);
+
+/* Implemented in Rust. */
+bool fctrace_readable(void);
+void fctrace_sync_work(void);
+void fctrace_arm_pending(void);
+
+#endif
