@@ -11,6 +11,7 @@ use crate::kprobe::Probe;
 use crate::parse::{self, FilterPattern, OptionName, ParseError, Symbol, SymbolInfo};
 use crate::record::Reason;
 use core::fmt::Write;
+use core::pin::Pin;
 use core::sync::atomic::Ordering;
 use kernel::alloc::KVec;
 use kernel::prelude::*;
@@ -36,7 +37,7 @@ pub(crate) struct Control {
     pub(crate) start: Option<u64>,
     filters: KVec<(bool, KVec<u8>)>,
     pub(crate) funcs: KVec<Func>,
-    pub(crate) hooks: KVec<KBox<Probe<Hook>>>,
+    pub(crate) hooks: KVec<Pin<KBox<Probe<Hook>>>>,
 }
 
 impl Control {
@@ -129,10 +130,12 @@ pub(crate) fn symbol_name(addr: u64, buf: &mut [u8; KSYM_SYMBOL_LEN]) -> &str {
 /// Looks up a function by name through kprobes: `(start address, probeable)`;
 /// `ENOENT` if there is no such symbol.
 pub(crate) fn resolve(name: &CStr) -> Result<(u64, bool)> {
-    let mut p = Probe::on_symbol_raw(name, crate::kprobe::no_handler, ());
-    let ok = p.register().is_ok();
-    let addr = p.addr();
-    drop(p);
+    let (ok, addr) = {
+        let mut p = core::pin::pin!(Probe::on_symbol_raw(name, crate::kprobe::no_handler, ()));
+        let ok = p.as_mut().register().is_ok();
+        (ok, p.addr())
+        // `p` is unregistered here, in place.
+    };
     if addr == 0 {
         return Err(ENOENT);
     }
@@ -428,8 +431,8 @@ impl State {
                     self.log(format_args!("start_function: {:#x} is not the start of a function ({}+{:#x})", a, info.name, info.offset));
                     return Err(EINVAL);
                 }
-                let mut p = Probe::at(a, crate::kprobe::no_handler, ());
-                if p.register().is_err() {
+                let mut p = core::pin::pin!(Probe::at(a, crate::kprobe::no_handler, ()));
+                if p.as_mut().register().is_err() {
                     self.log(format_args!("start_function: '{}' cannot be probed", info.name));
                     return Err(EINVAL);
                 }

@@ -21,6 +21,7 @@ use crate::kprobe::{Batch, Probe};
 use crate::parse::{self, FilterVerdict};
 use crate::record::{Kind, Reason, Record, F_DURATION, F_INDIRECT, F_RETVAL, F_TAIL};
 use core::cell::UnsafeCell;
+use core::pin::Pin;
 use kernel::ffi::c_int;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use kernel::alloc::{KVVec, KVec};
@@ -886,8 +887,12 @@ impl State {
         let mut func = Func { sites };
         let mut ret_failed = false;
         for s in func.sites.iter_mut() {
+            // SAFETY: `func.sites` is never grown or reallocated from here on, and its
+            // elements are only dropped in place (with the vector).
+            let is_ret = matches!(s.data.kind, SiteKind::Ret);
+            let s = unsafe { Pin::new_unchecked(s) };
             if s.register().is_err() {
-                if matches!(s.data.kind, SiteKind::Ret) {
+                if is_ret {
                     ret_failed = true;
                     break;
                 }
@@ -897,7 +902,8 @@ impl State {
         if ret_failed || func.sites.iter().all(|s| !s.is_registered()) && !func.sites.is_empty() {
             let mut batch = Batch::new();
             for s in func.sites.iter_mut() {
-                batch.add(s);
+                // SAFETY: as above, the sites are not moved.
+                batch.add(unsafe { Pin::new_unchecked(s) });
             }
             drop(batch);
             return Err(Reason::Unprobeable);
@@ -939,14 +945,14 @@ impl State {
                 Some(s) => Probe::on_symbol(s, hook_handler, hook),
                 None => Probe::at(root, hook_handler, hook),
             };
-            let mut b = match KBox::new(p, GFP_KERNEL) {
+            let mut b = match KBox::pin(p, GFP_KERNEL) {
                 Ok(b) => b,
                 Err(e) => {
                     self.deactivate(ctl);
                     return Err(e.into());
                 }
             };
-            if let Err(e) = b.register() {
+            if let Err(e) = b.as_mut().register() {
                 self.deactivate(ctl);
                 return Err(e);
             }
@@ -964,11 +970,12 @@ impl State {
         {
             let mut batch = Batch::new();
             for h in ctl.hooks.iter_mut() {
-                batch.add(&mut **h);
+                batch.add(h.as_mut());
             }
             for f in ctl.funcs.iter_mut() {
                 for s in f.sites.iter_mut() {
-                    batch.add(s);
+                    // SAFETY: sites are never moved once their vector is filled.
+                    batch.add(unsafe { Pin::new_unchecked(s) });
                 }
             }
             // Dropping the batch unregisters all at once; after that no handler runs.

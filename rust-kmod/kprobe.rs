@@ -10,6 +10,7 @@ use kernel::error::{to_result, Result};
 use kernel::alloc::KVVec;
 use kernel::prelude::*;
 use kernel::types::Opaque;
+use core::pin::Pin;
 
 /// The C signature of a kprobe pre-handler.
 pub(crate) type PreHandler =
@@ -19,9 +20,9 @@ pub(crate) type PreHandler =
 ///
 /// # Invariants
 ///
-/// While `registered` is true the kernel holds a pointer to `kp`, so a registered probe
-/// is never moved: probes live in a vector that is filled completely before any of them
-/// is registered and is never grown afterwards, or in a box.
+/// While `registered` is true the kernel holds a pointer to `kp`; registration takes a
+/// pinned probe, so a registered probe is never moved (probes live pinned on the stack,
+/// in a pinned box, or in a vector that is never grown once any of them is registered).
 #[repr(C)]
 pub(crate) struct Probe<D> {
     kp: Opaque<bindings::kprobe>,
@@ -81,15 +82,17 @@ impl<D> Probe<D> {
         Probe { kp: Opaque::new(kp), registered: false, data }
     }
 
-    /// Registers the probe. May sleep. The probe must not move until it is unregistered.
-    pub(crate) fn register(&mut self) -> Result {
-        if self.registered {
+    /// Registers the probe. May sleep. Pinned: the kernel keeps its address.
+    pub(crate) fn register(self: Pin<&mut Self>) -> Result {
+        // SAFETY: we do not move out of `self`; only fields are written.
+        let this = unsafe { self.get_unchecked_mut() };
+        if this.registered {
             return Ok(());
         }
-        // SAFETY: `kp` is a valid, initialised kprobe; by the type invariant it stays at
-        // this address until it is unregistered in `unregister_all` or `drop`.
-        to_result(unsafe { bindings::register_kprobe(self.kp.get()) })?;
-        self.registered = true;
+        // SAFETY: `kp` is a valid, initialised kprobe, pinned, so it stays at this address
+        // until it is unregistered by a `Batch` or by `drop`, both of which run in place.
+        to_result(unsafe { bindings::register_kprobe(this.kp.get()) })?;
+        this.registered = true;
         Ok(())
     }
 
@@ -154,7 +157,9 @@ impl Batch {
     }
 
     /// Adds `p` (if registered). From here on the batch owns the unregistration.
-    pub(crate) fn add<D>(&mut self, p: &mut Probe<D>) {
+    pub(crate) fn add<D>(&mut self, p: Pin<&mut Probe<D>>) {
+        // SAFETY: only the `registered` flag is written; the probe is not moved.
+        let p = unsafe { p.get_unchecked_mut() };
         if !p.registered {
             return;
         }
