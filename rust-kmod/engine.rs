@@ -862,7 +862,12 @@ impl State {
 
     /// Arms `target`, or records why it is not followed. Returns the new table state.
     pub(crate) fn arm(&self, ctl: &mut Control, target: u64) -> u32 {
-        let st = match self.try_arm(ctl, target) {
+        self.arm_as(ctl, target, false)
+    }
+
+    /// Arms `target`; the start function (`root`) is armed whatever the filter says.
+    fn arm_as(&self, ctl: &mut Control, target: u64, root: bool) -> u32 {
+        let st = match self.try_arm(ctl, target, root) {
             Ok(s) => s,
             Err(r) => {
                 self.stats.funcs_refused.fetch_add(1, Ordering::Relaxed);
@@ -875,14 +880,18 @@ impl State {
         st
     }
 
-    fn try_arm(&self, ctl: &mut Control, target: u64) -> core::result::Result<u32, Reason> {
+    fn try_arm(&self, ctl: &mut Control, target: u64, root: bool) -> core::result::Result<u32, Reason> {
         let mut name = KVec::with_capacity(crate::control::KSYM_SYMBOL_LEN, GFP_KERNEL)
             .map_err(|_| Reason::ArmFailed)?;
         let info = crate::control::symbolize(target, &mut name).ok_or(Reason::NotFunction)?;
         if info.offset != 0 {
             return Err(Reason::NotFunction);
         }
-        let verdict = parse::filter_verdict(ctl.filter_patterns(), info.name.as_bytes());
+        let verdict = if root {
+            FilterVerdict::Follow
+        } else {
+            parse::filter_verdict(ctl.filter_patterns(), info.name.as_bytes())
+        };
         match verdict {
             FilterVerdict::Hide => return Ok(ST_HIDDEN),
             FilterVerdict::Leaf => return Err(Reason::Filtered),
@@ -1036,7 +1045,7 @@ impl State {
         }
         self.active.store(true, Ordering::Release);
         if let Some(root) = root {
-            if self.arm(ctl, root) != ST_ARMED {
+            if self.arm_as(ctl, root, true) != ST_ARMED {
                 self.deactivate(ctl);
                 return Err(EINVAL);
             }
