@@ -196,6 +196,8 @@ pub(crate) struct State {
     /// Tasks sent to the trampoline that have not left `fctrace_arm_pending` yet.
     inflight: AtomicUsize,
     table: KVVec<Entry>,
+    /// Entries in use in `table` (written under `ctl`).
+    table_used: AtomicUsize,
     tasks: KVVec<TaskSlot>,
     pub(crate) stats: Stats,
 }
@@ -239,6 +241,7 @@ impl StateHandle {
                 generation: AtomicU32::new(1),
                 inflight: AtomicUsize::new(0),
                 table,
+                table_used: AtomicUsize::new(0),
                 tasks,
                 stats: Stats {
                     written: AtomicU64::new(0),
@@ -516,12 +519,15 @@ impl State {
     /// Records `func`'s state. Called with `ctl` held (single writer).
     fn insert(&self, func: u64, val: u32) -> bool {
         let mut i = (func >> 4) as usize % TABLE_CAP;
-        for _ in 0..TABLE_CAP * 3 / 4 {
+        for _ in 0..TABLE_CAP {
             let e = &self.table[i];
             let k = e.key.load(Ordering::Relaxed);
             if k == 0 || k == func {
                 e.val.store(val, Ordering::Release);
                 e.key.store(func, Ordering::Release);
+                if k == 0 {
+                    self.table_used.fetch_add(1, Ordering::Relaxed);
+                }
                 return true;
             }
             i = (i + 1) % TABLE_CAP;
@@ -887,6 +893,11 @@ impl State {
         if info.offset != 0 {
             return Err(Reason::NotFunction);
         }
+        // Keep the table below 3/4 full, so every function tried gets an entry (and is
+        // never armed twice).
+        if self.table_used.load(Ordering::Relaxed) + 1 >= TABLE_CAP * 3 / 4 {
+            return Err(Reason::ArmFailed);
+        }
         let verdict = if root {
             FilterVerdict::Follow
         } else {
@@ -1099,6 +1110,7 @@ impl State {
             e.key.store(0, Ordering::Relaxed);
             e.val.store(0, Ordering::Relaxed);
         }
+        self.table_used.store(0, Ordering::Relaxed);
         self.stats.probes_armed.store(0, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
