@@ -386,6 +386,7 @@ impl State {
     /// Called only by the thread `slot.pid` names, and the returned reference is not held
     /// across anything that could let that thread run another handler (it is dropped
     /// before the handler returns).
+    #[allow(clippy::mut_from_ref)] // The data is in an `UnsafeCell` owned by one thread.
     unsafe fn data<'a>(&self, slot: &'a TaskSlot) -> &'a mut TaskData {
         // SAFETY: by the caller's contract and the `TaskSlot` invariant, nobody else
         // accesses this data now.
@@ -403,6 +404,7 @@ impl State {
         d
     }
 
+    #[allow(clippy::too_many_arguments)] // The fields of one record.
     fn emit(&self, cur: &Cur, kind: Kind, depth: usize, reason: Reason, flags: u8, func: u64, site: u64) -> Record {
         let mut r = Record::ZERO;
         r.kind = kind as u8;
@@ -430,6 +432,7 @@ impl State {
         }
     }
 
+    #[allow(clippy::too_many_arguments)] // A record's fields plus where to suppress.
     fn leaf(&self, cur: &Cur, d: &mut TaskData, reason: Reason, flags: u8, func: u64, site: u64, sp: u64, tail: bool) {
         let r = self.emit(cur, Kind::Leaf, d.depth - d.hidden, reason, flags, func, site);
         self.write(&r);
@@ -915,7 +918,7 @@ impl State {
         if info.size == 0 || info.size > MAX_FUNC_SIZE {
             return Err(Reason::Unprobeable);
         }
-        let func = self.build_func(target, info.size).map_err(|e| e)?;
+        let func = self.build_func(target, info.size)?;
         let registered = func.sites.iter().filter(|s| s.is_registered()).count();
         self.stats.probes_armed.fetch_add(registered as u64, Ordering::Relaxed);
         self.stats.funcs_armed.fetch_add(1, Ordering::Relaxed);
@@ -1001,9 +1004,9 @@ impl State {
         let mut func = Func { sites };
         let mut ret_failed = false;
         for s in func.sites.iter_mut() {
+            let is_ret = matches!(s.data.kind, SiteKind::Ret);
             // SAFETY: `func.sites` is never grown or reallocated from here on, and its
             // elements are only dropped in place (with the vector).
-            let is_ret = matches!(s.data.kind, SiteKind::Ret);
             let s = unsafe { Pin::new_unchecked(s) };
             if s.register().is_err() {
                 if is_ret {
@@ -1214,6 +1217,9 @@ fn is_denied(name: &[u8]) -> bool {
     DENIED.iter().any(|p| parse::glob_match(p, name))
 }
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn site_handler(p: *mut bindings::kprobe, regs: *mut bindings::pt_regs) -> c_int {
     // SAFETY: this handler is installed only on `Probe<SiteData>`s, live while registered.
     let site = unsafe { Probe::<SiteData>::from_raw(p) };
@@ -1225,6 +1231,9 @@ unsafe extern "C" fn site_handler(p: *mut bindings::kprobe, regs: *mut bindings:
     }
 }
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn hook_handler(p: *mut bindings::kprobe, regs: *mut bindings::pt_regs) -> c_int {
     // SAFETY: this handler is installed only on `Probe<Hook>`s, live while registered.
     let hook = unsafe { Probe::<Hook>::from_raw(p) }.data;
