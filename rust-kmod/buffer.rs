@@ -163,8 +163,8 @@ impl Buffer {
         unsafe { bindings::fctrace_poll_wait(file, pt) }
     }
 
-    /// A non-consuming iterator per CPU, for `trace`. Recording on those CPUs pauses while
-    /// iterators exist, as with ftrace's `trace` file.
+    /// A non-consuming iterator per CPU, for `trace`. Writers go on meanwhile; only
+    /// resizing waits for the iterators to finish.
     pub(crate) fn snapshot(&self) -> Result<Snapshot<'_>> {
         let mut iters = KVec::new();
         for cpu in 0..cpus() {

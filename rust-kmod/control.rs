@@ -375,7 +375,9 @@ impl State {
             // SAFETY: trivial C helper; looks the PID up under RCU.
             let tgid = unsafe { bindings::fctrace_pid_to_tgid(pid as i32) };
             if tgid < 0 {
-                return Err(ESRCH);
+                // ESRCH: no such task; EPERM: a kernel thread (it makes no system calls
+                // and shares no process with anything fctrace could follow).
+                return Err(Error::from_errno(tgid));
             }
             let tgid = tgid as u32;
             if !tgids[..m].contains(&tgid) {
@@ -483,11 +485,18 @@ impl State {
         if oom {
             return Err(ENOMEM);
         }
-        ctl.filters = new;
+        let old = core::mem::replace(&mut ctl.filters, new);
         // Functions already armed were judged by the old filter: start over.
         if self.active.load(Ordering::Acquire) {
             self.deactivate(&mut ctl);
-            self.activate(&mut ctl)?;
+            if let Err(e) = self.activate(&mut ctl) {
+                // Refused: back to the old patterns, tracing as before.
+                ctl.filters = old;
+                let _ = self.activate(&mut ctl);
+                drop(ctl);
+                self.log(format_args!("filter: cannot re-arm the start function with the new patterns"));
+                return Err(e);
+            }
         }
         Ok(())
     }

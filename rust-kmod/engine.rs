@@ -497,6 +497,35 @@ impl State {
         }
     }
 
+    /// Closes the frames whose entry stack pointer is below `sp`: the task is above them,
+    /// so they have returned. Those that ended in an unfollowed tail call returned as
+    /// expected; the others' returns were missed.
+    fn close_stale(&self, cur: &Cur, d: &mut TaskData, sp: u64) {
+        if d.depth == 0 || d.frames[d.depth - 1].entry_sp >= sp {
+            return;
+        }
+        // SAFETY: trivial C accessor.
+        let now = unsafe { bindings::fctrace_clock() };
+        while d.depth > 0 {
+            let f = d.frames[d.depth - 1];
+            if f.entry_sp >= sp {
+                break;
+            }
+            d.depth -= 1;
+            if f.hidden {
+                d.hidden -= 1;
+                continue;
+            }
+            let reason = if f.ends_in_leaf { Reason::None } else { Reason::Unwound };
+            let mut r = self.emit(cur, Kind::Ret, d.depth - d.hidden, reason, F_DURATION, f.func, 0);
+            r.dur = now.saturating_sub(f.ts);
+            self.write(&r);
+            if reason != Reason::None {
+                self.count(reason);
+            }
+        }
+    }
+
     fn release_if_done(&self, slot: &TaskSlot, d: &TaskData) {
         if d.depth == 0 && d.pending == 0 {
             slot.pid.store(0, Ordering::Release);
@@ -576,6 +605,16 @@ impl State {
                 return 0;
             }
             d.suppress_below = 0;
+        }
+        if !matches!(site.kind, SiteKind::Ret) {
+            // Frames opened below this stack pointer have returned without a probe
+            // seeing it (they ended in a tail call that was not followed, or left
+            // through a path no probe covers): close them before drawing this call.
+            self.close_stale(&cur, d, sp);
+            if d.depth == 0 {
+                self.release_if_done(slot, d);
+                return 0;
+            }
         }
         let (target, tail, indirect) = match site.kind {
             SiteKind::Ret => {
@@ -723,6 +762,7 @@ impl State {
         // SAFETY: reading our own kprobe's address.
         let hook_addr = unsafe { (*p).addr } as u64;
         let Some(target) = target else {
+            d.last_redirect = 0;
             self.release_if_done(slot, d);
             return 0;
         };
@@ -739,10 +779,12 @@ impl State {
                 0
             }
             ST_HIDDEN => {
+                d.last_redirect = 0;
                 self.release_if_done(slot, d);
                 0
             }
             ST_LEAF => {
+                d.last_redirect = 0;
                 let r = self.emit(&cur, Kind::Leaf, 0, Reason::from_u8((st >> 8) as u8), 0, target, hook_addr);
                 self.write(&r);
                 self.release_if_done(slot, d);
