@@ -79,7 +79,7 @@ impl ErrorLog {
         let mut t = Text::new();
         // SAFETY: trivial.
         let secs = unsafe { bindings::ktime_get_real_seconds() };
-        if write!(t, "[{}] fctrace: {}\n", secs, args).is_err() {
+        if writeln!(t, "[{}] fctrace: {}", secs, args).is_err() {
             return;
         }
         if self.lines.len() >= ERROR_LOG_LINES {
@@ -331,9 +331,8 @@ impl State {
             }
             FileId::BufferSizeKb => {
                 let kb = parse::parse_range(data, 1, MAX_BUFFER_KB).map_err(errno)?;
-                self.buf.resize(kb * 1024).map_err(|e| {
+                self.buf.resize(kb * 1024).inspect_err(|_| {
                     self.log(format_args!("buffer_size_kb: cannot resize to {} KiB", kb));
-                    e
                 })
             }
             FileId::Options => {

@@ -108,6 +108,9 @@ pub(crate) enum Hook {
     Exit,
     /// `wake_up_new_task()`: a fork or clone.
     Fork,
+    /// The body of `x64_sys_call(regs, nr)` (past its ftrace site, so an int3 probe):
+    /// in all-system-calls mode, opens a trace at `sys_call_table[nr]`.
+    Syscall,
 }
 
 #[derive(Clone, Copy)]
@@ -116,9 +119,12 @@ struct Frame {
     entry_sp: u64,
     ts: u64,
     hidden: bool,
+    /// The frame ended in a tail call that was not followed: it returns when that callee
+    /// does, which no probe sees, so its close is expected, not a missed return.
+    ends_in_leaf: bool,
 }
 
-const NO_FRAME: Frame = Frame { func: 0, entry_sp: 0, ts: 0, hidden: false };
+const NO_FRAME: Frame = Frame { func: 0, entry_sp: 0, ts: 0, hidden: false, ends_in_leaf: false };
 
 struct TaskData {
     gen: u32,
@@ -190,6 +196,8 @@ pub(crate) struct State {
     /// Tasks sent to the trampoline that have not left `fctrace_arm_pending` yet.
     inflight: AtomicUsize,
     table: KVVec<Entry>,
+    /// Entries in use in `table` (written under `ctl`).
+    table_used: AtomicUsize,
     tasks: KVVec<TaskSlot>,
     pub(crate) stats: Stats,
 }
@@ -233,6 +241,7 @@ impl StateHandle {
                 generation: AtomicU32::new(1),
                 inflight: AtomicUsize::new(0),
                 table,
+                table_used: AtomicUsize::new(0),
                 tasks,
                 stats: Stats {
                     written: AtomicU64::new(0),
@@ -377,6 +386,7 @@ impl State {
     /// Called only by the thread `slot.pid` names, and the returned reference is not held
     /// across anything that could let that thread run another handler (it is dropped
     /// before the handler returns).
+    #[allow(clippy::mut_from_ref)] // The data is in an `UnsafeCell` owned by one thread.
     unsafe fn data<'a>(&self, slot: &'a TaskSlot) -> &'a mut TaskData {
         // SAFETY: by the caller's contract and the `TaskSlot` invariant, nobody else
         // accesses this data now.
@@ -394,6 +404,7 @@ impl State {
         d
     }
 
+    #[allow(clippy::too_many_arguments)] // The fields of one record.
     fn emit(&self, cur: &Cur, kind: Kind, depth: usize, reason: Reason, flags: u8, func: u64, site: u64) -> Record {
         let mut r = Record::ZERO;
         r.kind = kind as u8;
@@ -421,6 +432,7 @@ impl State {
         }
     }
 
+    #[allow(clippy::too_many_arguments)] // A record's fields plus where to suppress.
     fn leaf(&self, cur: &Cur, d: &mut TaskData, reason: Reason, flags: u8, func: u64, site: u64, sp: u64, tail: bool) {
         let r = self.emit(cur, Kind::Leaf, d.depth - d.hidden, reason, flags, func, site);
         self.write(&r);
@@ -431,8 +443,16 @@ impl State {
     fn suppress(&self, d: &mut TaskData, sp: u64, tail: bool) {
         // Inside the callee the stack pointer stays below the call site's (a call pushes a
         // return address); a tail-called function runs at the jump's stack pointer and
-        // returns 8 bytes above it.
+        // returns 8 bytes above it, closing the frames of the tail chain with it.
         d.suppress_below = if tail { sp + 8 } else { sp };
+        if tail {
+            for f in d.frames.iter_mut().take(d.depth).rev() {
+                if f.entry_sp != sp {
+                    break;
+                }
+                f.ends_in_leaf = true;
+            }
+        }
     }
 
     /// Closes every frame with `entry_sp <= sp`; `exact` frames (`entry_sp == sp`) are the
@@ -457,13 +477,14 @@ impl State {
             }
             let reason = if exiting {
                 Reason::Exit
-            } else if f.entry_sp == sp {
+            } else if f.entry_sp == sp || f.ends_in_leaf {
                 Reason::None
             } else {
                 Reason::Unwound
             };
             let mut flags = F_DURATION;
-            if reason == Reason::None && retval_on {
+            // The value is known only when this return instruction is the frame's own.
+            if reason == Reason::None && retval_on && f.entry_sp == sp {
                 flags |= F_RETVAL;
             }
             let mut r = self.emit(cur, Kind::Ret, d.depth - d.hidden, reason, flags, f.func, site);
@@ -501,12 +522,15 @@ impl State {
     /// Records `func`'s state. Called with `ctl` held (single writer).
     fn insert(&self, func: u64, val: u32) -> bool {
         let mut i = (func >> 4) as usize % TABLE_CAP;
-        for _ in 0..TABLE_CAP * 3 / 4 {
+        for _ in 0..TABLE_CAP {
             let e = &self.table[i];
             let k = e.key.load(Ordering::Relaxed);
             if k == 0 || k == func {
                 e.val.store(val, Ordering::Release);
                 e.key.store(func, Ordering::Release);
+                if k == 0 {
+                    self.table_used.fetch_add(1, Ordering::Relaxed);
+                }
                 return true;
             }
             i = (i + 1) % TABLE_CAP;
@@ -607,6 +631,7 @@ impl State {
                     entry_sp: if tail { sp } else { sp - 8 },
                     ts: r.ts,
                     hidden: false,
+                    ends_in_leaf: false,
                 };
                 d.depth += 1;
                 self.write(&r);
@@ -623,21 +648,7 @@ impl State {
                 0
             }
             _ if cur.sleepable && d.last_redirect != site.addr => {
-                // Send the task to the trampoline: push the probed instruction's address
-                // as a return address (the int3 entry leaves a gap below the interrupted
-                // stack for exactly this) and resume at the trampoline.
-                d.last_redirect = site.addr;
-                d.pending = target;
-                self.inflight.fetch_add(1, Ordering::AcqRel);
-                self.stats.redirects.fetch_add(1, Ordering::Relaxed);
-                let new_sp = regs.sp - 8;
-                // SAFETY: `new_sp` is the word just below the interrupted stack pointer, in
-                // the gap `asm_exc_int3` leaves for emulating a push; the task's stack is
-                // writable.
-                unsafe { *(new_sp as *mut u64) = site.addr };
-                regs.sp = new_sp;
-                // SAFETY: trivial C accessor of a constant address.
-                regs.ip = unsafe { bindings::fctrace_trampoline_addr() } as _;
+                self.redirect(d, regs, site.addr, target);
                 1
             }
             _ => {
@@ -671,7 +682,7 @@ impl State {
         let func = self.root_addr();
         // SAFETY: trivial C accessor.
         let ts = unsafe { bindings::fctrace_clock() };
-        d.frames[0] = Frame { func, entry_sp: sp, ts, hidden };
+        d.frames[0] = Frame { func, entry_sp: sp, ts, hidden, ends_in_leaf: false };
         d.depth = 1;
         d.hidden = usize::from(hidden);
         d.suppress_below = 0;
@@ -686,6 +697,89 @@ impl State {
 
     fn root_addr(&self) -> u64 {
         ROOT_ADDR.load(Ordering::Relaxed)
+    }
+
+    /// All-system-calls mode: `x64_sys_call()` is about to dispatch system call `nr`
+    /// (`%esi`) to `sys_call_table[nr]`, with a tail jump in all but a few cases, so that
+    /// function runs at this stack pointer: it opens the trace at depth 0. Only this one
+    /// probe is hit by other tasks' system calls.
+    fn on_syscall(&self, p: *mut bindings::kprobe, regs: &mut bindings::pt_regs) -> c_int {
+        let Some(cur) = self.current(regs, false) else { return 0 };
+        let Some(slot) = self.claim_slot(cur.pid) else { return 0 };
+        // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
+        let d = unsafe { self.data(slot) };
+        if d.guard {
+            return 0;
+        }
+        // A new system call: whatever is still open belongs to one whose return was not
+        // seen (it left through a path no probe covers).
+        if d.depth > 0 {
+            self.close_frames(&cur, d, u64::MAX, 0, 0, false);
+        }
+        let nr = (regs.si as u64) & 0xffff_ffff;
+        let table = SYSCALL_TABLE.load(Ordering::Relaxed);
+        let target = if nr < MAX_SYSCALLS { read_word(table + 8 * nr) } else { None };
+        let sp = regs.sp as u64;
+        // SAFETY: reading our own kprobe's address.
+        let hook_addr = unsafe { (*p).addr } as u64;
+        let Some(target) = target else {
+            self.release_if_done(slot, d);
+            return 0;
+        };
+        let st = self.lookup(target);
+        match st & 0xff {
+            ST_ARMED => {
+                d.last_redirect = 0;
+                let r = self.emit(&cur, Kind::Call, 0, Reason::None, 0, target, hook_addr);
+                d.frames[0] = Frame { func: target, entry_sp: sp, ts: r.ts, hidden: false, ends_in_leaf: false };
+                d.depth = 1;
+                d.hidden = 0;
+                d.suppress_below = 0;
+                self.write(&r);
+                0
+            }
+            ST_HIDDEN => {
+                self.release_if_done(slot, d);
+                0
+            }
+            ST_LEAF => {
+                let r = self.emit(&cur, Kind::Leaf, 0, Reason::from_u8((st >> 8) as u8), 0, target, hook_addr);
+                self.write(&r);
+                self.release_if_done(slot, d);
+                0
+            }
+            _ if cur.sleepable && d.last_redirect != hook_addr => {
+                self.redirect(d, regs, hook_addr, target);
+                1
+            }
+            _ => {
+                let reason = if cur.sleepable { Reason::ArmFailed } else { Reason::Atomic };
+                d.last_redirect = 0;
+                let r = self.emit(&cur, Kind::Leaf, 0, reason, 0, target, hook_addr);
+                self.write(&r);
+                self.count(reason);
+                self.release_if_done(slot, d);
+                0
+            }
+        }
+    }
+
+    /// Sends the task to the trampoline to arm `target`, then to run the instruction at
+    /// `addr` again: pushes `addr` as a return address (the int3 entry leaves a gap below
+    /// the interrupted stack for exactly this) and resumes at the trampoline.
+    fn redirect(&self, d: &mut TaskData, regs: &mut bindings::pt_regs, addr: u64, target: u64) {
+        d.last_redirect = addr;
+        d.pending = target;
+        self.inflight.fetch_add(1, Ordering::AcqRel);
+        self.stats.redirects.fetch_add(1, Ordering::Relaxed);
+        let new_sp = regs.sp - 8;
+        // SAFETY: `new_sp` is the word just below the interrupted stack pointer, in the gap
+        // `asm_exc_int3` leaves for emulating a push (all our redirecting probes are int3
+        // probes); the task's stack is writable.
+        unsafe { *(new_sp as *mut u64) = addr };
+        regs.sp = new_sp;
+        // SAFETY: trivial C accessor of a constant address.
+        regs.ip = unsafe { bindings::fctrace_trampoline_addr() } as _;
     }
 
     /// `do_exit()` entry: close the thread's frames; forget the process when its last
@@ -745,6 +839,8 @@ impl State {
                 d.guard = true;
                 d.pending
             };
+            // SAFETY: trivial C accessor.
+            let t0 = unsafe { bindings::fctrace_clock() };
             if target != 0 {
                 // SAFETY: trivial C wrappers of memalloc_nofs_save/restore: allocations
                 // while arming must not recurse into file systems the task may be inside.
@@ -762,13 +858,25 @@ impl State {
             let d = unsafe { self.data(slot) };
             d.guard = false;
             d.pending = 0;
+            // Time spent arming is fctrace's, not the traced functions': leave it out of
+            // the durations of the frames that are open.
+            // SAFETY: trivial C accessor.
+            let spent = unsafe { bindings::fctrace_clock() }.saturating_sub(t0);
+            for f in d.frames.iter_mut().take(d.depth) {
+                f.ts = f.ts.saturating_add(spent);
+            }
         }
         self.inflight.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Arms `target`, or records why it is not followed. Returns the new table state.
     pub(crate) fn arm(&self, ctl: &mut Control, target: u64) -> u32 {
-        let st = match self.try_arm(ctl, target) {
+        self.arm_as(ctl, target, false)
+    }
+
+    /// Arms `target`; the start function (`root`) is armed whatever the filter says.
+    fn arm_as(&self, ctl: &mut Control, target: u64, root: bool) -> u32 {
+        let st = match self.try_arm(ctl, target, root) {
             Ok(s) => s,
             Err(r) => {
                 self.stats.funcs_refused.fetch_add(1, Ordering::Relaxed);
@@ -781,14 +889,23 @@ impl State {
         st
     }
 
-    fn try_arm(&self, ctl: &mut Control, target: u64) -> core::result::Result<u32, Reason> {
+    fn try_arm(&self, ctl: &mut Control, target: u64, root: bool) -> core::result::Result<u32, Reason> {
         let mut name = KVec::with_capacity(crate::control::KSYM_SYMBOL_LEN, GFP_KERNEL)
             .map_err(|_| Reason::ArmFailed)?;
         let info = crate::control::symbolize(target, &mut name).ok_or(Reason::NotFunction)?;
         if info.offset != 0 {
             return Err(Reason::NotFunction);
         }
-        let verdict = parse::filter_verdict(ctl.filter_patterns(), info.name.as_bytes());
+        // Keep the table below 3/4 full, so every function tried gets an entry (and is
+        // never armed twice).
+        if self.table_used.load(Ordering::Relaxed) + 1 >= TABLE_CAP * 3 / 4 {
+            return Err(Reason::ArmFailed);
+        }
+        let verdict = if root {
+            FilterVerdict::Follow
+        } else {
+            parse::filter_verdict(ctl.filter_patterns(), info.name.as_bytes())
+        };
         match verdict {
             FilterVerdict::Hide => return Ok(ST_HIDDEN),
             FilterVerdict::Leaf => return Err(Reason::Filtered),
@@ -801,7 +918,7 @@ impl State {
         if info.size == 0 || info.size > MAX_FUNC_SIZE {
             return Err(Reason::Unprobeable);
         }
-        let func = self.build_func(target, info.size).map_err(|e| e)?;
+        let func = self.build_func(target, info.size)?;
         let registered = func.sites.iter().filter(|s| s.is_registered()).count();
         self.stats.probes_armed.fetch_add(registered as u64, Ordering::Relaxed);
         self.stats.funcs_armed.fetch_add(1, Ordering::Relaxed);
@@ -834,7 +951,7 @@ impl State {
                 prev_terminal = matches!(insn.flow, Flow::Ret | Flow::Jmp(_) | Flow::JmpReg(_) | Flow::JmpMem(_) | Flow::Ud);
                 // The ftrace site: the 5-byte nop (or call, while ftrace uses it) that
                 // opens the function, after `endbr64` if any.
-                let fentry_off = if code.get(..4) == Some(&[0xf3, 0x0f, 0x1e, 0xfa][..]) { 4 } else { 0 };
+                let fentry_off = fentry_offset(&code) as u32;
                 if off == fentry_off && insn.len == 5 && (insn.nop || matches!(insn.flow, Flow::Call(_))) {
                     return;
                 }
@@ -887,9 +1004,9 @@ impl State {
         let mut func = Func { sites };
         let mut ret_failed = false;
         for s in func.sites.iter_mut() {
+            let is_ret = matches!(s.data.kind, SiteKind::Ret);
             // SAFETY: `func.sites` is never grown or reallocated from here on, and its
             // elements are only dropped in place (with the vector).
-            let is_ret = matches!(s.data.kind, SiteKind::Ret);
             let s = unsafe { Pin::new_unchecked(s) };
             if s.register().is_err() {
                 if is_ret {
@@ -920,12 +1037,19 @@ impl State {
         if !ctl.tracing_on || !self.any_traced() {
             return Ok(());
         }
-        let (root, hidden) = match ctl.start {
-            Some(a) => (a, false),
-            None => (crate::control::resolve(c_str!("x64_sys_call"))?.0, true),
+        // The root: the start function's entry (armed now), or in all-system-calls mode a
+        // probe in the body of x64_sys_call, whose callee is armed when first called.
+        let (root, hook_at) = match ctl.start {
+            Some(a) => (Some(a), a),
+            None => {
+                let (dispatch, _) = crate::control::resolve(c_str!("x64_sys_call"))?;
+                let (table, _) = crate::control::resolve(c_str!("sys_call_table"))?;
+                SYSCALL_TABLE.store(table, Ordering::Relaxed);
+                (None, body_start(dispatch).ok_or(EINVAL)?)
+            }
         };
-        ROOT_ADDR.store(root, Ordering::Relaxed);
-        self.root_hidden.store(hidden, Ordering::Relaxed);
+        ROOT_ADDR.store(root.unwrap_or(0), Ordering::Relaxed);
+        self.root_hidden.store(false, Ordering::Relaxed);
         // No task may keep state from an earlier session.
         self.generation.fetch_add(1, Ordering::AcqRel);
         if self.inflight.load(Ordering::Acquire) == 0 {
@@ -934,16 +1058,19 @@ impl State {
             }
         }
         self.active.store(true, Ordering::Release);
-        if self.arm(ctl, root) != ST_ARMED {
-            self.deactivate(ctl);
-            return Err(EINVAL);
+        if let Some(root) = root {
+            if self.arm_as(ctl, root, true) != ST_ARMED {
+                self.deactivate(ctl);
+                return Err(EINVAL);
+            }
         }
+        let root_hook = if root.is_some() { Hook::Root } else { Hook::Syscall };
         let hooks: [(Hook, Option<&'static CStr>); 3] =
-            [(Hook::Root, None), (Hook::Exit, Some(c_str!("do_exit"))), (Hook::Fork, Some(c_str!("wake_up_new_task")))];
+            [(root_hook, None), (Hook::Exit, Some(c_str!("do_exit"))), (Hook::Fork, Some(c_str!("wake_up_new_task")))];
         for (hook, sym) in hooks {
             let p = match sym {
                 Some(s) => Probe::on_symbol(s, hook_handler, hook),
-                None => Probe::at(root, hook_handler, hook),
+                None => Probe::at(hook_at, hook_handler, hook),
             };
             let mut b = match KBox::pin(p, GFP_KERNEL) {
                 Ok(b) => b,
@@ -986,6 +1113,7 @@ impl State {
             e.key.store(0, Ordering::Relaxed);
             e.val.store(0, Ordering::Relaxed);
         }
+        self.table_used.store(0, Ordering::Relaxed);
         self.stats.probes_armed.store(0, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
@@ -997,6 +1125,36 @@ impl State {
 }
 
 static ROOT_ADDR: AtomicU64 = AtomicU64::new(0);
+static SYSCALL_TABLE: AtomicU64 = AtomicU64::new(0);
+/// Bound for system call numbers read from `%esi` (the table has fewer entries).
+const MAX_SYSCALLS: u64 = 1024;
+
+/// The first instruction of a function after `endbr64` and the ftrace site: a probe there
+/// is an int3 probe (not ftrace-based) at the function's entry stack pointer.
+fn body_start(func: u64) -> Option<u64> {
+    let mut code = [0u8; 16];
+    // SAFETY: the source is checked and never faults; `code` is a local of that size.
+    let r = unsafe { bindings::copy_from_kernel_nofault(code.as_mut_ptr().cast(), func as *const _, 16) };
+    if r != 0 {
+        return None;
+    }
+    let mut off = fentry_offset(&code);
+    let next = decode::decode(code.get(off..)?, func + off as u64).ok()?;
+    if next.len == 5 && (next.nop || matches!(next.flow, Flow::Call(_))) {
+        off += 5;
+    }
+    Some(func + off as u64)
+}
+
+/// Where the ftrace site of a function starts: after its `endbr64`, which the kernel
+/// seals (turns into the 4-byte nop `66 0f 1f 00`) in functions whose address is never
+/// taken, so both forms count.
+fn fentry_offset(code: &[u8]) -> usize {
+    match code.get(..4) {
+        Some([0xf3, 0x0f, 0x1e, 0xfa]) | Some([0x66, 0x0f, 0x1f, 0x00]) => 4,
+        _ => 0,
+    }
+}
 
 fn insn_is_padding(code: &[u8], off: u32) -> bool {
     // A run of int3 up to the end of the function is padding.
@@ -1059,6 +1217,9 @@ fn is_denied(name: &[u8]) -> bool {
     DENIED.iter().any(|p| parse::glob_match(p, name))
 }
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn site_handler(p: *mut bindings::kprobe, regs: *mut bindings::pt_regs) -> c_int {
     // SAFETY: this handler is installed only on `Probe<SiteData>`s, live while registered.
     let site = unsafe { Probe::<SiteData>::from_raw(p) };
@@ -1070,6 +1231,9 @@ unsafe extern "C" fn site_handler(p: *mut bindings::kprobe, regs: *mut bindings:
     }
 }
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn hook_handler(p: *mut bindings::kprobe, regs: *mut bindings::pt_regs) -> c_int {
     // SAFETY: this handler is installed only on `Probe<Hook>`s, live while registered.
     let hook = unsafe { Probe::<Hook>::from_raw(p) }.data;
@@ -1080,6 +1244,7 @@ unsafe extern "C" fn hook_handler(p: *mut bindings::kprobe, regs: *mut bindings:
         Hook::Root => st.on_root(p, regs),
         Hook::Exit => st.on_exit(p, regs),
         Hook::Fork => st.on_fork(p, regs),
+        Hook::Syscall => st.on_syscall(p, regs),
     }
 }
 

@@ -133,16 +133,25 @@ impl Drop for Registration {
     }
 }
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn fill_super(sb: *mut bindings::super_block, _fc: *mut bindings::fs_context) -> c_int {
     // SAFETY: `sb` is the new superblock; `TREE` was filled at init and lives forever.
     unsafe { bindings::simple_fill_super(sb, FCTRACE_MAGIC as _, TREE.get().cast()) }
 }
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn get_tree(fc: *mut bindings::fs_context) -> c_int {
     // SAFETY: `fc` is the VFS's mount context; one superblock is shared by all mounts.
     unsafe { bindings::get_tree_single(fc, Some(fill_super)) }
 }
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn init_fs_context(fc: *mut bindings::fs_context) -> c_int {
     // SAFETY: `fc` is the VFS's new mount context; `CTX_OPS` is static.
     unsafe { (*fc).ops = CTX_OPS.get() };
@@ -187,6 +196,9 @@ fn read_from(data: &[u8], ubuf: *mut c_char, count: usize, ppos: *mut bindings::
     n as isize
 }
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn ctl_read(file: *mut bindings::file, ubuf: *mut c_char, count: usize, ppos: *mut bindings::loff_t) -> isize {
     // SAFETY: the VFS passes a live file of ours.
     let (Some(id), _) = (unsafe { file_id(file) }) else { return errno(EINVAL) };
@@ -207,6 +219,9 @@ fn read_user(ubuf: *const c_char, count: usize) -> Result<KVec<u8>> {
     Ok(v)
 }
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn ctl_write(file: *mut bindings::file, ubuf: *const c_char, count: usize, _ppos: *mut bindings::loff_t) -> isize {
     // SAFETY: the VFS passes a live file of ours.
     let (Some(id), append) = (unsafe { file_id(file) }) else { return errno(EINVAL) };
@@ -223,6 +238,9 @@ unsafe extern "C" fn ctl_write(file: *mut bindings::file, ubuf: *const c_char, c
 
 // `trace`: a text snapshot made at open.
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn trace_open(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
     let Some(st) = state() else { return ENODEV.to_errno() };
     // SAFETY: `file` is the file being opened.
@@ -243,6 +261,9 @@ unsafe extern "C" fn trace_open(_inode: *mut bindings::inode, file: *mut binding
     0
 }
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn trace_read(file: *mut bindings::file, ubuf: *mut c_char, count: usize, ppos: *mut bindings::loff_t) -> isize {
     // SAFETY: set in `trace_open` to a `KBox<Text>` or left NULL.
     let text = unsafe { ((*file).private_data as *const Text).as_ref() };
@@ -252,11 +273,17 @@ unsafe extern "C" fn trace_read(file: *mut bindings::file, ubuf: *mut c_char, co
     }
 }
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn trace_write(file: *mut bindings::file, ubuf: *const c_char, count: usize, ppos: *mut bindings::loff_t) -> isize {
     // SAFETY: forwarded unchanged.
     unsafe { ctl_write(file, ubuf, count, ppos) }
 }
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn trace_release(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
     // SAFETY: `private_data` is NULL or the `KBox<Text>` from `trace_open`, freed once here.
     unsafe {
@@ -278,6 +305,9 @@ struct Pending {
 
 type PipeReader = Mutex<Pending>;
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn pipe_open(inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
     let r = match KBox::pin_init(new_mutex!(Pending { text: Text::new(), pos: 0 }), GFP_KERNEL) {
         Ok(r) => r,
@@ -293,6 +323,9 @@ unsafe extern "C" fn pipe_open(inode: *mut bindings::inode, file: *mut bindings:
     }
 }
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn pipe_read(file: *mut bindings::file, ubuf: *mut c_char, count: usize, _ppos: *mut bindings::loff_t) -> isize {
     let Some(st) = state() else { return errno(ENODEV) };
     // SAFETY: set in `pipe_open`, valid until `pipe_release`.
@@ -332,6 +365,9 @@ unsafe extern "C" fn pipe_read(file: *mut bindings::file, ubuf: *mut c_char, cou
     }
 }
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn pipe_poll(file: *mut bindings::file, pt: *mut bindings::poll_table_struct) -> c_uint {
     let Some(st) = state() else { return EPOLLERR };
     // SAFETY: set in `pipe_open`, valid until `pipe_release`.
@@ -348,6 +384,9 @@ unsafe extern "C" fn pipe_poll(file: *mut bindings::file, pt: *mut bindings::pol
     }
 }
 
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn pipe_release(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
     // SAFETY: `private_data` is the reader from `pipe_open`, freed once here.
     unsafe { drop(KBox::from_raw((*file).private_data as *mut PipeReader)) };

@@ -36,6 +36,9 @@ pub(crate) struct Probe<D> {
 unsafe impl<D: Send> Send for Probe<D> {}
 
 /// A pre-handler that does nothing, for probes registered only to check an address.
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 pub(crate) unsafe extern "C" fn no_handler(
     _p: *mut bindings::kprobe,
     _regs: *mut bindings::pt_regs,
@@ -45,6 +48,9 @@ pub(crate) unsafe extern "C" fn no_handler(
 
 /// A post-handler that does nothing. Its presence keeps kprobes from optimizing the probe
 /// into a jump, which would not let our pre-handler change `regs->ip`.
+/// # Safety
+///
+/// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn noop_post(
     _p: *mut bindings::kprobe,
     _regs: *mut bindings::pt_regs,
@@ -55,19 +61,23 @@ unsafe extern "C" fn noop_post(
 impl<D> Probe<D> {
     /// A probe at `addr` (not registered yet).
     pub(crate) fn at(addr: u64, pre: PreHandler, data: D) -> Self {
-        let mut kp = bindings::kprobe::default();
-        kp.addr = addr as *mut _;
-        kp.pre_handler = Some(pre);
-        kp.post_handler = Some(noop_post);
+        let kp = bindings::kprobe {
+            addr: addr as *mut _,
+            pre_handler: Some(pre),
+            post_handler: Some(noop_post),
+            ..Default::default()
+        };
         Probe { kp: Opaque::new(kp), registered: false, data }
     }
 
     /// A probe on the entry of the function named by `symbol` (a NUL-terminated name).
     pub(crate) fn on_symbol(symbol: &'static CStr, pre: PreHandler, data: D) -> Self {
-        let mut kp = bindings::kprobe::default();
-        kp.symbol_name = symbol.as_char_ptr();
-        kp.pre_handler = Some(pre);
-        kp.post_handler = Some(noop_post);
+        let kp = bindings::kprobe {
+            symbol_name: symbol.as_char_ptr(),
+            pre_handler: Some(pre),
+            post_handler: Some(noop_post),
+            ..Default::default()
+        };
         Probe { kp: Opaque::new(kp), registered: false, data }
     }
 
@@ -75,10 +85,12 @@ impl<D> Probe<D> {
     /// alive: the probe only looks at the name while registering, and this constructor is
     /// for probes dropped before `symbol` is (see `control::resolve`).
     pub(crate) fn on_symbol_raw(symbol: &CStr, pre: PreHandler, data: D) -> Self {
-        let mut kp = bindings::kprobe::default();
-        kp.symbol_name = symbol.as_char_ptr();
-        kp.pre_handler = Some(pre);
-        kp.post_handler = Some(noop_post);
+        let kp = bindings::kprobe {
+            symbol_name: symbol.as_char_ptr(),
+            pre_handler: Some(pre),
+            post_handler: Some(noop_post),
+            ..Default::default()
+        };
         Probe { kp: Opaque::new(kp), registered: false, data }
     }
 

@@ -38,9 +38,23 @@ pub fn build(kdir: &Path) -> Result<PathBuf> {
     let m = format!("M={}", dir.display());
     let ko = ko_path();
     let before = std::fs::metadata(&ko).and_then(|m| m.modified()).ok();
-    cmd!(sh, "make -C {kdir} LLVM=1 ARCH=x86_64 {m}")
-        .run()
-        .map_err(|e| format!("module build failed: {e}"))?;
+    // CLIPPY=1: Kbuild compiles the Rust code with clippy-driver and the kernel's lint
+    // set (SAFETY comments on every unsafe block, ...); any Rust warning fails the build.
+    let out = cmd!(sh, "make -C {kdir} LLVM=1 ARCH=x86_64 CLIPPY=1 {m}")
+        .ignore_status()
+        .output()
+        .map_err(|e| format!("module build failed to start: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    print!("{stdout}");
+    eprint!("{stderr}");
+    if !out.status.success() {
+        bail!("module build failed ({})", out.status);
+    }
+    let warnings = stderr.lines().chain(stdout.lines()).filter(|l| l.starts_with("warning:")).count();
+    if warnings > 0 {
+        bail!("module build produced {warnings} Rust warning(s) (see above); fix them");
+    }
     if !ko.exists() {
         bail!("make succeeded but {} was not produced", ko.display());
     }
