@@ -3,6 +3,7 @@
 #include <linux/fs.h>
 #include <linux/fs_context.h>
 #include <linux/kallsyms.h>
+#include <linux/kdebug.h>
 #include <linux/kprobes.h>
 #include <linux/poll.h>
 #include <linux/ring_buffer.h>

@@ -79,6 +79,17 @@ impl Buffer {
         unsafe { bindings::ring_buffer_overruns(self.rb) as u64 }
     }
 
+    /// Events overwritten on `cpu` before a reader got them.
+    pub(crate) fn overrun_cpu(&self, cpu: u32) -> u64 {
+        // SAFETY: `rb` is live.
+        unsafe { bindings::ring_buffer_overrun_cpu(self.rb, cpu as c_int) as u64 }
+    }
+
+    /// Number of possible CPUs (the buffer has one sub-buffer each).
+    pub(crate) fn cpus(&self) -> u32 {
+        cpus()
+    }
+
     pub(crate) fn entries(&self) -> u64 {
         // SAFETY: `rb` is live.
         unsafe { bindings::ring_buffer_entries(self.rb) as u64 }

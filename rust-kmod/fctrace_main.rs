@@ -47,6 +47,7 @@ mod control;
 mod engine;
 mod fs;
 mod kprobe;
+mod late_int3;
 mod reader;
 
 module! {
@@ -57,16 +58,20 @@ module! {
     license: "GPL",
 }
 
+// Fields drop in order: the file system goes first, then the tracer (all probes removed),
+// and the late-int3 guard last, once no breakpoint of ours can be left.
 struct Fctrace {
     _fs: fs::Registration,
     _state: engine::StateHandle,
+    _late_int3: late_int3::Guard,
 }
 
 impl kernel::Module for Fctrace {
     fn init(_module: &'static ThisModule) -> Result<Self> {
+        let late_int3 = late_int3::Guard::new()?;
         let state = engine::StateHandle::new()?;
         let fs = fs::Registration::new()?;
         pr_info!("loaded; mount with: mount -t fctrace nodev /sys/kernel/fctrace\n");
-        Ok(Fctrace { _fs: fs, _state: state })
+        Ok(Fctrace { _fs: fs, _state: state, _late_int3: late_int3 })
     }
 }

@@ -63,6 +63,13 @@ pub(crate) fn snapshot_text(st: &State) -> Result<Text> {
     let mut sym = KBox::new([0u8; KSYM_SYMBOL_LEN], GFP_KERNEL)?;
     let mut snap: Snapshot<'_> = st.buf.snapshot()?;
     t.0.extend_from_slice(format::HEADER.as_bytes(), GFP_KERNEL)?;
+    // Events overwritten before this snapshot: the trace below starts after them.
+    for cpu in 0..st.buf.cpus() {
+        let lost = st.buf.overrun_cpu(cpu);
+        if lost != 0 {
+            format::write_lost(&mut t, cpu, lost).map_err(|_| ENOMEM)?;
+        }
+    }
     while let Some(ev) = snap.next() {
         let mut ret = None;
         if ev.rec.kind == Kind::Call as u8 {

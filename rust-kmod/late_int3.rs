@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Recovery from a *late* int3: one executed at an address whose breakpoint another CPU
+//! has just removed (a probe being unregistered, or ftrace patching a call site).
+//!
+//! On hardware `text_poke_sync()` rules this out, but an emulator can still run a stale
+//! copy of the patched code (seen under QEMU's multi-threaded TCG), and the kernel then
+//! dies with "Oops: int3". When the byte under the trap is no longer `0xcc`, nobody owns
+//! the breakpoint any more: run the restored instruction again, as kprobes used to do.
+
+use crate::bindings;
+use core::pin::Pin;
+use core::sync::atomic::{AtomicU64, Ordering};
+use kernel::ffi::{c_int, c_ulong, c_void};
+use kernel::prelude::*;
+use kernel::types::Opaque;
+
+const INT3: u8 = 0xcc;
+const NOTIFY_DONE: c_int = 0;
+const NOTIFY_STOP: c_int = 0x8001; // NOTIFY_OK | NOTIFY_STOP_MASK
+
+/// Late int3s recovered, for `stats`.
+pub(crate) static RECOVERED: AtomicU64 = AtomicU64::new(0);
+
+/// A registered die notifier; unregistered on drop.
+pub(crate) struct Guard {
+    nb: Pin<KBox<Opaque<bindings::notifier_block>>>,
+}
+
+// SAFETY: the guard only hands the notifier block to the kernel, which serialises all
+// access to it (the notifier chain's own locking); Rust never touches it after `new`.
+unsafe impl Send for Guard {}
+// SAFETY: as above, `&Guard` gives no access to the block.
+unsafe impl Sync for Guard {}
+
+impl Guard {
+    pub(crate) fn new() -> Result<Self> {
+        let nb = bindings::notifier_block {
+            notifier_call: Some(die_handler),
+            // Run after kprobes' and kgdb's own handlers had their chance.
+            priority: -1,
+            ..Default::default()
+        };
+        let nb = KBox::pin(Opaque::new(nb), GFP_KERNEL)?;
+        // SAFETY: `nb` is pinned in a box that lives until `drop` unregisters it.
+        kernel::error::to_result(unsafe { bindings::register_die_notifier(nb.get()) })?;
+        Ok(Guard { nb })
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // SAFETY: registered in `new`; unregistering waits for running callbacks.
+        unsafe { bindings::unregister_die_notifier(self.nb.get()) };
+    }
+}
+
+/// Decides what to do with an int3 nobody claimed: re-run the instruction at `addr` if
+/// the breakpoint byte there is gone.
+fn recover(regs: &mut bindings::pt_regs) -> bool {
+    // Kernel mode only: CS's privilege bits are zero.
+    // SAFETY: reading a plain integer field of a union of integers.
+    let cs = unsafe { regs.__bindgen_anon_1.cs } as u64;
+    if cs & 3 != 0 {
+        return false;
+    }
+    let addr = (regs.ip as u64).wrapping_sub(1);
+    let mut byte = 0u8;
+    // SAFETY: `copy_from_kernel_nofault` never faults; the destination is a local byte.
+    let r = unsafe { bindings::copy_from_kernel_nofault((&mut byte as *mut u8).cast(), addr as *const c_void, 1) };
+    if r != 0 || byte == INT3 {
+        return false;
+    }
+    regs.ip = addr as _;
+    RECOVERED.fetch_add(1, Ordering::Relaxed);
+    true
+}
+
+/// # Safety
+///
+/// Called only by the kernel's die notifier chain, with `data` a `struct die_args`.
+unsafe extern "C" fn die_handler(_nb: *mut bindings::notifier_block, val: c_ulong, data: *mut c_void) -> c_int {
+    if val != bindings::die_val_DIE_INT3 as c_ulong || data.is_null() {
+        return NOTIFY_DONE;
+    }
+    // SAFETY: for DIE_INT3 `data` is the trap's `struct die_args`, whose `regs` are the
+    // interrupted registers, ours to change for the return from the trap.
+    let regs = unsafe { (*data.cast::<bindings::die_args>()).regs.as_mut() };
+    match regs.map(recover) {
+        Some(true) => NOTIFY_STOP,
+        _ => NOTIFY_DONE,
+    }
+}
