@@ -97,7 +97,12 @@ pub fn prepare(require_module: bool, script: Option<&Path>) -> Result<(PathBuf, 
 
 fn qemu(kdir: &Path, initrd: &Path, opts: &VmOpts, append: &str, interactive: bool) -> Command {
     let mut c = Command::new("qemu-system-x86_64");
-    c.args(["-accel", "tcg,thread=multi", "-cpu", "max"])
+    // Single-threaded TCG by default: with thread=multi, QEMU 7.2 lets a vCPU run stale
+    // translated code after another vCPU patched it, so a removed kprobe's int3 can still
+    // execute long after text_poke_sync() ("Oops: int3" on an address whose byte is back).
+    // Real hardware serialises that. FCTRACE_TCG_THREAD=multi brings back the faster mode.
+    let thread = std::env::var("FCTRACE_TCG_THREAD").unwrap_or_else(|_| "single".into());
+    c.args(["-accel", &format!("tcg,thread={thread}"), "-cpu", "max"])
         .args(["-smp", &opts.smp.to_string(), "-m", &opts.mem.to_string()])
         .arg("-kernel")
         .arg(kdir.join("arch/x86/boot/bzImage"))
