@@ -442,18 +442,29 @@ impl State {
             }
         };
         let mut ctl = self.ctl.lock();
-        let old = ctl.start;
-        let was_active = self.active.load(Ordering::Acquire);
-        self.deactivate(&mut ctl);
-        ctl.start = start;
-        if was_active {
-            if let Err(e) = self.activate(&mut ctl) {
-                ctl.start = old;
-                let _ = self.activate(&mut ctl);
-                drop(ctl);
-                self.log(format_args!("start_function: cannot arm it (decoding or probing failed)"));
-                return Err(e);
-            }
+        self.change_armed(&mut ctl, |c| &mut c.start, start, "start_function")
+    }
+
+    /// Sets a setting that decides what is armed (`*field(ctl) = new`). While tracing,
+    /// everything is armed again from scratch; if that fails, the old value comes back,
+    /// tracing goes on as before, and the write fails.
+    fn change_armed<T>(
+        &self,
+        ctl: &mut Control,
+        field: impl Fn(&mut Control) -> &mut T,
+        new: T,
+        file: &str,
+    ) -> Result {
+        let old = core::mem::replace(field(ctl), new);
+        if !self.active.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.deactivate(ctl);
+        if let Err(e) = self.activate(ctl) {
+            *field(ctl) = old;
+            let _ = self.activate(ctl);
+            self.log(format_args!("{}: cannot arm the start function with the new value ({:?})", file, e));
+            return Err(e);
         }
         Ok(())
     }
@@ -479,25 +490,11 @@ impl State {
             }
             Ok(())
         })
-        .map_err(|e| {
-            errno(e)
-        })?;
+        .map_err(errno)?;
         if oom {
             return Err(ENOMEM);
         }
-        let old = core::mem::replace(&mut ctl.filters, new);
         // Functions already armed were judged by the old filter: start over.
-        if self.active.load(Ordering::Acquire) {
-            self.deactivate(&mut ctl);
-            if let Err(e) = self.activate(&mut ctl) {
-                // Refused: back to the old patterns, tracing as before.
-                ctl.filters = old;
-                let _ = self.activate(&mut ctl);
-                drop(ctl);
-                self.log(format_args!("filter: cannot re-arm the start function with the new patterns"));
-                return Err(e);
-            }
-        }
-        Ok(())
+        self.change_armed(&mut ctl, |c| &mut c.filters, new, "filter")
     }
 }

@@ -72,13 +72,7 @@ impl<D> Probe<D> {
 
     /// A probe on the entry of the function named by `symbol` (a NUL-terminated name).
     pub(crate) fn on_symbol(symbol: &'static CStr, pre: PreHandler, data: D) -> Self {
-        let kp = bindings::kprobe {
-            symbol_name: symbol.as_char_ptr(),
-            pre_handler: Some(pre),
-            post_handler: Some(noop_post),
-            ..Default::default()
-        };
-        Probe { kp: Opaque::new(kp), registered: false, data }
+        Self::on_symbol_raw(symbol, pre, data)
     }
 
     /// A probe on the entry of the function named by `symbol`, which the caller keeps
