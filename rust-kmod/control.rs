@@ -290,6 +290,9 @@ impl State {
         writeln!(t, "call_sites_unprobeable: {}", s.sites_unprobeable.load(Ordering::Relaxed))?;
         writeln!(t, "trampoline_entries: {}", s.redirects.load(Ordering::Relaxed))?;
         writeln!(t, "tasks_overflow: {}", s.task_overflow.load(Ordering::Relaxed))?;
+        writeln!(t, "atomic_calls_queued: {}", s.ahead_queued.load(Ordering::Relaxed))?;
+        writeln!(t, "atomic_arming_pending: {}", self.ahead_pending())?;
+        writeln!(t, "functions_armed_ahead: {}", s.armed_ahead.load(Ordering::Relaxed))?;
         writeln!(t, "late_int3_recovered: {}", crate::late_int3::RECOVERED.load(Ordering::Relaxed))?;
         for v in 1..Reason::COUNT as u8 {
             let r = Reason::from_u8(v);

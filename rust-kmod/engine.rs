@@ -39,6 +39,13 @@ pub(crate) const MAX_PIDS: usize = 32;
 const TABLE_CAP: usize = 16384;
 /// The most probes armed at once.
 pub(crate) const MAX_PROBES: usize = 60000;
+/// Functions waiting to be armed ahead.
+const WANTED: usize = 256;
+/// The most functions one round of arming ahead adds (a callee closure is cut there).
+const AHEAD_BUDGET: usize = 256;
+/// How many levels of direct callees are armed ahead below a function first called in
+/// atomic context. Deeper calls are learned the same way on later runs.
+const AHEAD_DEPTH: u8 = 4;
 /// The largest function fctrace decodes.
 const MAX_FUNC_SIZE: u64 = 256 * 1024;
 
@@ -166,6 +173,8 @@ pub(crate) struct Stats {
     pub(crate) write_failed: AtomicU64,
     pub(crate) reasons: [AtomicU64; crate::record::Reason::COUNT],
     pub(crate) task_overflow: AtomicU64,
+    pub(crate) armed_ahead: AtomicU64,
+    pub(crate) ahead_queued: AtomicU64,
     pub(crate) redirects: AtomicU64,
     pub(crate) funcs_armed: AtomicU64,
     pub(crate) funcs_refused: AtomicU64,
@@ -196,6 +205,10 @@ pub(crate) struct State {
     /// Tasks sent to the trampoline that have not left `fctrace_arm_pending` yet.
     inflight: AtomicUsize,
     table: KVVec<Entry>,
+    /// Functions called in atomic context before they were armed, for the work item to
+    /// arm ahead (0 = free slot). Written by handlers, drained by the work item.
+    wanted: [AtomicU64; WANTED],
+    wanted_next: AtomicUsize,
     /// Entries in use in `table` (written under `ctl`).
     table_used: AtomicUsize,
     tasks: KVVec<TaskSlot>,
@@ -241,6 +254,8 @@ impl StateHandle {
                 generation: AtomicU32::new(1),
                 inflight: AtomicUsize::new(0),
                 table,
+                wanted: [const { AtomicU64::new(0) }; WANTED],
+                wanted_next: AtomicUsize::new(0),
                 table_used: AtomicUsize::new(0),
                 tasks,
                 stats: Stats {
@@ -248,6 +263,8 @@ impl StateHandle {
                     write_failed: AtomicU64::new(0),
                     reasons: [const { AtomicU64::new(0) }; crate::record::Reason::COUNT],
                     task_overflow: AtomicU64::new(0),
+                    armed_ahead: AtomicU64::new(0),
+                    ahead_queued: AtomicU64::new(0),
                     redirects: AtomicU64::new(0),
                     funcs_armed: AtomicU64::new(0),
                     funcs_refused: AtomicU64::new(0),
@@ -694,7 +711,73 @@ impl State {
                 let reason = if cur.sleepable { Reason::ArmFailed } else { Reason::Atomic };
                 d.last_redirect = 0;
                 self.leaf(&cur, d, reason, flags, target, site.addr, sp, tail);
+                if reason == Reason::Atomic {
+                    self.want(target);
+                }
                 0
+            }
+        }
+    }
+
+    /// Asks the work item to arm `target` (and its direct callees) ahead, so that the next
+    /// time it is called in atomic context it is followed. Safe in any context.
+    fn want(&self, target: u64) {
+        if self.wanted.iter().any(|w| w.load(Ordering::Relaxed) == target) {
+            return;
+        }
+        let i = self.wanted_next.fetch_add(1, Ordering::Relaxed) % WANTED;
+        self.wanted[i].store(target, Ordering::Release);
+        self.stats.ahead_queued.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: NMI-safe C helper (raises an irq_work that queues the work item).
+        unsafe { bindings::fctrace_schedule_sync() };
+    }
+
+    /// Functions queued for arming ahead and not armed yet (for `stats`).
+    pub(crate) fn ahead_pending(&self) -> usize {
+        self.wanted.iter().filter(|w| w.load(Ordering::Relaxed) != 0).count()
+    }
+
+    /// Arms what handlers queued, with the closure of its direct callees (the calls it
+    /// makes will run in the same atomic context), up to `AHEAD_BUDGET` functions.
+    /// Called with `ctl` held, in the work item.
+    fn arm_ahead(&self, ctl: &mut Control) {
+        let mut todo: KVec<(u64, u8)> = KVec::new();
+        for w in &self.wanted {
+            let t = w.swap(0, Ordering::AcqRel);
+            if t != 0 && todo.push((t, 0), GFP_KERNEL).is_err() {
+                return;
+            }
+        }
+        let mut armed = 0usize;
+        // Breadth first: the nearest callees are the likeliest to run next.
+        let mut next = 0;
+        while let Some(&(t, level)) = todo.get(next) {
+            next += 1;
+            if armed >= AHEAD_BUDGET || !self.active.load(Ordering::Acquire) {
+                break;
+            }
+            if self.lookup(t) != 0 {
+                continue;
+            }
+            if self.arm(ctl, t) != ST_ARMED {
+                continue;
+            }
+            armed += 1;
+            self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
+            if level >= AHEAD_DEPTH {
+                continue;
+            }
+            // The function just armed is the last one in `ctl.funcs`.
+            let Some(f) = ctl.funcs.last() else { continue };
+            for s in f.sites.iter() {
+                let callee = match s.data.kind {
+                    SiteKind::Call(Target::Direct(c)) | SiteKind::Tail(Target::Direct(c)) => c,
+                    SiteKind::TailIf(c, _) => c,
+                    _ => continue,
+                };
+                if self.lookup(callee) == 0 && todo.push((callee, level + 1), GFP_KERNEL).is_err() {
+                    return;
+                }
             }
         }
     }
@@ -1156,6 +1239,9 @@ impl State {
             e.val.store(0, Ordering::Relaxed);
         }
         self.table_used.store(0, Ordering::Relaxed);
+        for w in &self.wanted {
+            w.store(0, Ordering::Relaxed);
+        }
         self.stats.probes_armed.store(0, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
@@ -1298,12 +1384,22 @@ pub(crate) extern "C" fn fctrace_arm_pending() {
     }
 }
 
-/// Called from the module's work item: tracing ends when no traced process is left.
+/// Called from the module's work item: tracing ends when no traced process is left;
+/// otherwise functions first called in atomic context are armed ahead.
 #[no_mangle]
 pub(crate) extern "C" fn fctrace_sync_work() {
     let Some(st) = state() else { return };
     let mut ctl = st.ctl.lock();
-    if st.active.load(Ordering::Acquire) && !st.any_traced() {
-        st.deactivate(&mut ctl);
+    if !st.active.load(Ordering::Acquire) {
+        return;
     }
+    if !st.any_traced() {
+        st.deactivate(&mut ctl);
+        return;
+    }
+    // SAFETY: trivial C wrappers of memalloc_nofs_save/restore, as in the trampoline.
+    let nofs = unsafe { bindings::fctrace_nofs_save() };
+    st.arm_ahead(&mut ctl);
+    // SAFETY: as above.
+    unsafe { bindings::fctrace_nofs_restore(nofs) };
 }

@@ -7,6 +7,8 @@
 //! enters a function. Controlled through a small file system mounted on
 //! `/sys/kernel/fctrace` (see Documentation/fctrace.rst).
 
+#![recursion_limit = "256"]
+
 use kernel::prelude::*;
 
 #[allow(

@@ -150,13 +150,25 @@ static void fctrace_work_fn(struct work_struct *work)
 
 static DECLARE_WORK(fctrace_work, fctrace_work_fn);
 
-void fctrace_schedule_sync(void)
+/*
+ * Probe handlers run in int3 (NMI-like) context, where queueing work could deadlock on the
+ * workqueue's locks: they raise an irq_work, which queues the work from a safe context.
+ */
+static void fctrace_kick_fn(struct irq_work *work)
 {
 	schedule_work(&fctrace_work);
 }
 
+static struct irq_work fctrace_kick_work = IRQ_WORK_INIT(fctrace_kick_fn);
+
+void fctrace_schedule_sync(void)
+{
+	irq_work_queue(&fctrace_kick_work);
+}
+
 void fctrace_cancel_sync(void)
 {
+	irq_work_sync(&fctrace_kick_work);
 	cancel_work_sync(&fctrace_work);
 }
 
