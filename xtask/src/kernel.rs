@@ -29,6 +29,7 @@ const MAY_BE_MISSING: &[(&str, &str)] = &[(
 )];
 
 pub fn cmd(mut args: Args) -> Result<i32> {
+    set_debug(args.flag("--debug"));
     let force = args.flag("--force");
     args.finish()?;
     crate::setup::ensure()?;
@@ -37,9 +38,21 @@ pub fn cmd(mut args: Args) -> Result<i32> {
     Ok(0)
 }
 
-/// The fragments of the default (non-debug) kernel.
+/// Whether this run uses the debug flavour (`--debug`: lockdep, KASAN, ...).
+static DEBUG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Selects the debug flavour for the rest of this xtask run.
+pub fn set_debug(on: bool) {
+    DEBUG.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The fragments of the selected flavour: the base fragment, plus the debug one.
 pub fn default_fragments() -> Vec<PathBuf> {
-    vec![repo_root().join("scripts/kernel-fragment.config")]
+    let mut f = vec![repo_root().join("scripts/kernel-fragment.config")];
+    if DEBUG.load(std::sync::atomic::Ordering::Relaxed) {
+        f.push(repo_root().join("scripts/kernel-debug.config"));
+    }
+    f
 }
 
 /// Build (if needed) and return the kernel build directory (KDIR).

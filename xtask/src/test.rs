@@ -15,7 +15,7 @@ use crate::util::{note, out_dir, shell, Args, Result};
 use crate::vm::{self, VmOpts};
 
 pub fn cmd(mut args: Args) -> Result<i32> {
-    let _debug = args.flag("--debug"); // reserved: debug kernel flavour
+    crate::kernel::set_debug(args.flag("--debug"));
     let opts = VmOpts::from_args(&mut args)?;
     let rest = args.finish()?;
     if rest.len() > 1 {

@@ -59,6 +59,7 @@ pub struct VmRun {
 }
 
 pub fn cmd(mut args: Args) -> Result<i32> {
+    crate::kernel::set_debug(args.flag("--debug"));
     let script = args.opt("--script")?.map(PathBuf::from);
     let opts = VmOpts::from_args(&mut args)?;
     args.finish()?;
