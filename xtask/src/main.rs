@@ -4,6 +4,7 @@
 //! idempotent. Everything that loads the module runs inside a QEMU guest;
 //! nothing is ever loaded into the host kernel.
 
+mod bench;
 mod demo;
 mod initramfs;
 mod kernel;
@@ -36,6 +37,7 @@ Commands:
                         host `cargo test --workspace`, then the in-guest
                         selftests (selftests/fctracetest [PATTERN])
   demo                  boot the guest and run scripts/guest/demo.sh
+  bench [--reps N]      overhead of fctrace vs ftrace function_graph vs none (JSON in target/fctrace)
 ";
 
 fn main() {
@@ -69,6 +71,7 @@ fn dispatch(name: &str, args: Args) -> Result<i32> {
         "vm" => vm::cmd(args),
         "test" => test::cmd(args),
         "demo" => demo::cmd(args),
+        "bench" => bench::cmd(args),
         _ => Err(format!("unknown command `{name}`\n\n{HELP}").into()),
     }
 }

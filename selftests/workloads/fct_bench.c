@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * fct_bench N [FILE]: N small reads of FILE (default /proc/version), each a pread() of the
+ * start of the file, then prints "ns <elapsed nanoseconds>" and "ops <N>". Used by
+ * `cargo xtask bench` both as the traced busy process and as the untraced "other task".
+ * Waits at the start gate (fct_gate.h) unless FCT_NOGATE is set.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#include "fct_gate.h"
+
+static long long now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int main(int argc, char **argv)
+{
+	long n = argc > 1 ? atol(argv[1]) : 1000;
+	const char *file = argc > 2 ? argv[2] : "/proc/version";
+	char buf[256];
+	long long t0;
+	long i;
+	int fd;
+
+	if (!getenv("FCT_NOGATE"))
+		fct_wait_gate();
+	fd = open(file, O_RDONLY);
+	if (fd < 0) {
+		perror(file);
+		return 1;
+	}
+	t0 = now_ns();
+	for (i = 0; i < n; i++)
+		if (pread(fd, buf, sizeof(buf), 0) < 0)
+			return 1;
+	printf("ns %lld\nops %ld\n", now_ns() - t0, n);
+	return 0;
+}
