@@ -160,6 +160,7 @@ pub(crate) enum FileId {
     StartFunction,
     Filter,
     MaxDepth,
+    MaxProbes,
     TracingOn,
     BufferSizeKb,
     Options,
@@ -170,13 +171,14 @@ pub(crate) enum FileId {
 }
 
 /// Every file: id, name, mode. Inode numbers are the index plus 2.
-pub(crate) const FILES: [(FileId, &CStr, u16); 12] = [
+pub(crate) const FILES: [(FileId, &CStr, u16); 13] = [
     (FileId::Readme, kernel::c_str!("README"), 0o400),
     (FileId::SetPid, kernel::c_str!("set_pid"), 0o600),
     (FileId::StartFunction, kernel::c_str!("start_function"), 0o600),
     (FileId::Filter, kernel::c_str!("filter"), 0o600),
     (FileId::MaxDepth, kernel::c_str!("max_depth"), 0o600),
     (FileId::TracingOn, kernel::c_str!("tracing_on"), 0o600),
+    (FileId::MaxProbes, kernel::c_str!("max_probes"), 0o600),
     (FileId::BufferSizeKb, kernel::c_str!("buffer_size_kb"), 0o600),
     (FileId::Options, kernel::c_str!("options"), 0o600),
     (FileId::Stats, kernel::c_str!("stats"), 0o400),
@@ -201,6 +203,8 @@ fctrace: every kernel function call of chosen tasks, by dynamic call-site probin
                   and its subtree (not probed). '>>' adds, empty write clears.
   max_depth       Deepest level shown (0 = no limit but the built-in 127).
   tracing_on      1/0: probes armed / all probes removed.
+  max_probes      Most kprobes armed at once (16..1000000); functions that would
+                  exceed it are shown as leaves (not followed: arming failed).
   buffer_size_kb  Ring buffer size per CPU, in KiB.
   options         follow-forks, retval, duration: write NAME or noNAME.
   trace_pipe      Consuming, blocking read of the trace.
@@ -254,6 +258,7 @@ impl State {
                 Ok(())
             }
             FileId::MaxDepth => writeln!(t, "{}", self.max_depth.load(Ordering::Relaxed)),
+            FileId::MaxProbes => writeln!(t, "{}", self.max_probes.load(Ordering::Relaxed)),
             FileId::TracingOn => writeln!(t, "{}", u8::from(self.ctl.lock().tracing_on)),
             FileId::BufferSizeKb => writeln!(t, "{}", self.buf.size_per_cpu() / 1024),
             FileId::Options => {
@@ -287,6 +292,7 @@ impl State {
         writeln!(t, "functions_armed: {}", armed)?;
         writeln!(t, "functions_refused: {}", s.funcs_refused.load(Ordering::Relaxed))?;
         writeln!(t, "probes_armed: {}", s.probes_armed.load(Ordering::Relaxed))?;
+        writeln!(t, "max_probes: {}", self.max_probes.load(Ordering::Relaxed))?;
         writeln!(t, "call_sites_unprobeable: {}", s.sites_unprobeable.load(Ordering::Relaxed))?;
         writeln!(t, "trampoline_entries: {}", s.redirects.load(Ordering::Relaxed))?;
         writeln!(t, "tasks_overflow: {}", s.task_overflow.load(Ordering::Relaxed))?;
@@ -314,6 +320,11 @@ impl State {
             FileId::MaxDepth => {
                 let v = parse::parse_range(data, 0, MAX_FRAMES as u64 - 1).map_err(errno)?;
                 self.max_depth.store(v as u32, Ordering::Relaxed);
+                Ok(())
+            }
+            FileId::MaxProbes => {
+                let v = parse::parse_range(data, 16, crate::engine::MAX_MAX_PROBES).map_err(errno)?;
+                self.max_probes.store(v, Ordering::Relaxed);
                 Ok(())
             }
             FileId::TracingOn => {

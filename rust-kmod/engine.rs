@@ -37,8 +37,9 @@ pub(crate) const MAX_TASKS: usize = 64;
 pub(crate) const MAX_PIDS: usize = 32;
 /// Functions fctrace can know about at once (armed or refused).
 const TABLE_CAP: usize = 16384;
-/// The most probes armed at once.
-pub(crate) const MAX_PROBES: usize = 60000;
+/// Default and largest bound on the probes armed at once (`max_probes`).
+pub(crate) const DEFAULT_MAX_PROBES: u64 = 60000;
+pub(crate) const MAX_MAX_PROBES: u64 = 1_000_000;
 /// Functions waiting to be armed ahead.
 const WANTED: usize = 256;
 /// The most functions one round of arming ahead adds (a callee closure is cut there).
@@ -197,6 +198,9 @@ pub(crate) struct State {
     /// Probes are registered and tracing.
     pub(crate) active: AtomicBool,
     pub(crate) max_depth: AtomicU32,
+    /// Bound on `stats.probes_armed`: a function whose probes would exceed it is refused
+    /// (shown as `not followed: arming failed`).
+    pub(crate) max_probes: AtomicU64,
     pub(crate) opt_follow_forks: AtomicBool,
     pub(crate) opt_retval: AtomicBool,
     pub(crate) opt_duration: AtomicBool,
@@ -247,6 +251,7 @@ impl StateHandle {
                 traced: [const { AtomicU32::new(0) }; MAX_PIDS],
                 active: AtomicBool::new(false),
                 max_depth: AtomicU32::new(0),
+                max_probes: AtomicU64::new(DEFAULT_MAX_PROBES),
                 opt_follow_forks: AtomicBool::new(false),
                 opt_retval: AtomicBool::new(false),
                 opt_duration: AtomicBool::new(true),
@@ -1118,7 +1123,7 @@ impl State {
                 return Err(Reason::Unprobeable);
             }
             if pass == 0 {
-                if self.stats.probes_armed.load(Ordering::Relaxed) as usize + n > MAX_PROBES {
+                if self.stats.probes_armed.load(Ordering::Relaxed) + n as u64 > self.max_probes.load(Ordering::Relaxed) {
                     return Err(Reason::ArmFailed);
                 }
                 sites = KVec::with_capacity(n, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
