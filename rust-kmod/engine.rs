@@ -637,6 +637,14 @@ impl State {
                 self.release_if_done(slot, d);
                 return 0;
             }
+            // A call site counts only in the function the task is known to be in (its
+            // innermost frame). Others run below it without a call fctrace saw: the
+            // scheduler entered from an interrupt's return (preempt_schedule_irq() is
+            // called from noinstr code), or a callee reached through a call site kprobes
+            // refused. Drawing them as calls of the interrupted function would be wrong.
+            if d.frames[d.depth - 1].func != site.func {
+                return 0;
+            }
         }
         let (target, tail, indirect) = match site.kind {
             SiteKind::Ret => {
