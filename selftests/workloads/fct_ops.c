@@ -9,7 +9,10 @@
  *   mmap        mmap 4 anonymous pages, touch one, munmap
  *   fork        fork; the child _exit(0)s; the parent waitpid()s for it
  * Everything but the operation itself (the pipe's creation, buffers) is done
- * before the gate opens. Exits 0 on success.
+ * before the gate opens; "ready" is printed (and flushed) just before it, so a
+ * test can wait for the process to sit in the gate's nanosleep() before it
+ * starts tracing it (the shell's own work before the exec, e.g. a stat() in
+ * the PATH search, stays out). Exits 0 on success.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,6 +22,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "fct_gate.h"
+
+static void gate(void)
+{
+	fputs("ready\n", stdout);
+	fflush(stdout);
+	fct_wait_gate();
+}
 
 int main(int argc, char **argv)
 {
@@ -31,7 +41,7 @@ int main(int argc, char **argv)
 		int fd;
 		ssize_t n;
 
-		fct_wait_gate();
+		gate();
 		fd = open(file, O_RDONLY);
 		if (fd < 0)
 			return 1;
@@ -44,19 +54,19 @@ int main(int argc, char **argv)
 		memset(buf, 'x', 64);
 		if (pipe(p))
 			return 1;
-		fct_wait_gate();
+		gate();
 		return write(p[1], buf, 64) != 64;
 	}
 	if (!strcmp(op, "stat")) {
 		struct stat st;
 
-		fct_wait_gate();
+		gate();
 		return stat(file, &st) != 0;
 	}
 	if (!strcmp(op, "open")) {
 		int fd;
 
-		fct_wait_gate();
+		gate();
 		fd = openat(AT_FDCWD, file, O_RDONLY);
 		if (fd < 0)
 			return 1;
@@ -65,7 +75,7 @@ int main(int argc, char **argv)
 	if (!strcmp(op, "mmap")) {
 		char *m;
 
-		fct_wait_gate();
+		gate();
 		m = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (m == MAP_FAILED)
 			return 1;
@@ -76,7 +86,7 @@ int main(int argc, char **argv)
 		pid_t c;
 		int st;
 
-		fct_wait_gate();
+		gate();
 		c = fork();
 		if (c < 0)
 			return 1;
