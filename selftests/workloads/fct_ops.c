@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * fct_ops OP [FILE]: after the start gate, do exactly one operation, for the
+ * ftrace-oracle tests (selftests/test.d/oracle):
+ *   read FILE   open FILE, read it until EOF, close
+ *   pipe        pipe(), write 64 bytes into it (nobody reads them)
+ *   stat FILE   stat() FILE
+ *   open FILE   openat(AT_FDCWD, FILE, O_RDONLY) + close
+ *   mmap        mmap 4 anonymous pages, touch one, munmap
+ *   fork        fork; the child _exit(0)s; the parent waitpid()s for it
+ * Everything but the operation itself (the pipe's creation, buffers) is done
+ * before the gate opens; "ready" is printed (and flushed) just before it, so a
+ * test can wait for the process to sit in the gate's nanosleep() before it
+ * starts tracing it (the shell's own work before the exec, e.g. a stat() in
+ * the PATH search, stays out). Exits 0 on success.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "fct_gate.h"
+
+static void gate(void)
+{
+	fputs("ready\n", stdout);
+	fflush(stdout);
+	fct_wait_gate();
+}
+
+int main(int argc, char **argv)
+{
+	const char *op = argc > 1 ? argv[1] : "";
+	const char *file = argc > 2 ? argv[2] : "/proc/version";
+	static char buf[4096];
+	int p[2];
+
+	if (!strcmp(op, "read")) {
+		int fd;
+		ssize_t n;
+
+		gate();
+		fd = open(file, O_RDONLY);
+		if (fd < 0)
+			return 1;
+		while ((n = read(fd, buf, sizeof(buf))) > 0)
+			;
+		close(fd);
+		return n < 0;
+	}
+	if (!strcmp(op, "pipe")) {
+		memset(buf, 'x', 64);
+		if (pipe(p))
+			return 1;
+		gate();
+		return write(p[1], buf, 64) != 64;
+	}
+	if (!strcmp(op, "stat")) {
+		struct stat st;
+
+		gate();
+		return stat(file, &st) != 0;
+	}
+	if (!strcmp(op, "open")) {
+		int fd;
+
+		gate();
+		fd = openat(AT_FDCWD, file, O_RDONLY);
+		if (fd < 0)
+			return 1;
+		return close(fd) != 0;
+	}
+	if (!strcmp(op, "mmap")) {
+		char *m;
+
+		gate();
+		m = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (m == MAP_FAILED)
+			return 1;
+		m[4096] = 1;
+		return munmap(m, 4 * 4096) != 0;
+	}
+	if (!strcmp(op, "fork")) {
+		pid_t c;
+		int st;
+
+		gate();
+		c = fork();
+		if (c < 0)
+			return 1;
+		if (c == 0)
+			_exit(0);
+		return waitpid(c, &st, 0) != c || st != 0;
+	}
+	fprintf(stderr, "usage: fct_ops read|pipe|stat|open|mmap|fork [FILE]\n");
+	return 2;
+}
