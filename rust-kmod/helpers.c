@@ -19,6 +19,7 @@
 #include <linux/sched/clock.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
+#include <linux/sched/task_stack.h>
 #include <linux/sysfs.h>
 #include <linux/uaccess.h>
 #include <linux/workqueue.h>
@@ -46,6 +47,13 @@ bool fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool *sle
 		pc -= NMI_OFFSET + HARDIRQ_OFFSET;
 	}
 	if (pc & (NMI_MASK | HARDIRQ_MASK | SOFTIRQ_OFFSET))
+		return false;
+	/*
+	 * fctrace follows the task by its stack pointer, on its own stack. Code that runs
+	 * for the task on another stack (softirqs run by local_bh_enable() through
+	 * call_on_irqstack(), exception stacks) is not part of its call tree.
+	 */
+	if (regs->sp - (unsigned long)task_stack_page(current) >= THREAD_SIZE)
 		return false;
 	*sleepable = !(pc & (PREEMPT_MASK | SOFTIRQ_MASK)) &&
 		     (regs->flags & X86_EFLAGS_IF) &&
