@@ -237,7 +237,7 @@ impl State {
                 Ok(())
             }
             FileId::StartFunction => {
-                let start = self.ctl.lock().start;
+                let start = self.lock_ctl().start;
                 match start {
                     None => t.write_str("# all system calls\n"),
                     Some(a) => {
@@ -247,7 +247,7 @@ impl State {
                 }
             }
             FileId::Filter => {
-                let ctl = self.ctl.lock();
+                let ctl = self.lock_ctl();
                 for p in ctl.filter_patterns() {
                     if p.negate {
                         t.write_str("!")?;
@@ -259,7 +259,7 @@ impl State {
             }
             FileId::MaxDepth => writeln!(t, "{}", self.max_depth.load(Ordering::Relaxed)),
             FileId::MaxProbes => writeln!(t, "{}", self.max_probes.load(Ordering::Relaxed)),
-            FileId::TracingOn => writeln!(t, "{}", u8::from(self.ctl.lock().tracing_on)),
+            FileId::TracingOn => writeln!(t, "{}", u8::from(self.lock_ctl().tracing_on)),
             FileId::BufferSizeKb => writeln!(t, "{}", self.buf.size_per_cpu() / 1024),
             FileId::Options => {
                 for (opt, name) in parse::OPTIONS {
@@ -284,7 +284,7 @@ impl State {
 
     fn render_stats(&self, t: &mut Text) -> core::fmt::Result {
         let s = &self.stats;
-        let armed = State::armed_functions(&self.ctl.lock());
+        let armed = State::armed_functions(&self.lock_ctl());
         writeln!(t, "tracing: {}", u8::from(self.active.load(Ordering::Relaxed)))?;
         writeln!(t, "events_written: {}", s.written.load(Ordering::Relaxed))?;
         writeln!(t, "events_lost: {}", s.write_failed.load(Ordering::Relaxed) + self.buf.overruns())?;
@@ -329,7 +329,7 @@ impl State {
             }
             FileId::TracingOn => {
                 let on = parse::parse_bool(data).map_err(errno)?;
-                let mut ctl = self.ctl.lock();
+                let mut ctl = self.lock_ctl();
                 let was = ctl.tracing_on;
                 ctl.tracing_on = on;
                 if on {
@@ -375,7 +375,7 @@ impl State {
         let n = parse::parse_pids(data, &mut pids).map_err(errno)?;
         let mut tgids = [0u32; MAX_PIDS];
         let mut m = 0;
-        let mut ctl = self.ctl.lock();
+        let mut ctl = self.lock_ctl();
         if append {
             for t in self.traced.iter() {
                 let t = t.load(Ordering::Relaxed);
@@ -455,7 +455,7 @@ impl State {
                 Some(a)
             }
         };
-        let mut ctl = self.ctl.lock();
+        let mut ctl = self.lock_ctl();
         self.change_armed(&mut ctl, |c| &mut c.start, start, "start_function")
     }
 
@@ -485,7 +485,7 @@ impl State {
 
     fn write_filter(&self, data: &[u8], append: bool) -> Result {
         let mut new: KVec<(bool, KVec<u8>)> = KVec::new();
-        let mut ctl = self.ctl.lock();
+        let mut ctl = self.lock_ctl();
         if append {
             for p in ctl.filter_patterns() {
                 let mut g = KVec::new();

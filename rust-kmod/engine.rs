@@ -288,7 +288,7 @@ impl Drop for StateHandle {
     fn drop(&mut self) {
         let st: &State = &self.0;
         {
-            let mut ctl = st.ctl.lock();
+            let mut ctl = st.lock_ctl();
             st.deactivate(&mut ctl);
         }
         // SAFETY: trivial C wrapper; waits for a queued sync work item to finish.
@@ -303,6 +303,39 @@ impl Drop for StateHandle {
         // SAFETY: waits for an RCU-tasks grace period; callable from process context.
         unsafe { bindings::synchronize_rcu_tasks() };
         STATE.store(core::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+/// The control mutex held inside a `memalloc_nofs` scope.
+///
+/// The traced task takes this mutex from the trampoline, possibly in the middle of an
+/// allocation (with reclaim's lockdep map held); so nothing may allocate with `__GFP_FS`
+/// while holding it, or reclaim and the mutex would depend on each other. Every holder
+/// goes through this guard, which makes all allocations in its scope `GFP_NOFS`.
+pub(crate) struct CtlGuard<'a> {
+    guard: core::mem::ManuallyDrop<kernel::sync::lock::Guard<'a, Control, kernel::sync::lock::mutex::MutexBackend>>,
+    nofs: u32,
+}
+
+impl core::ops::Deref for CtlGuard<'_> {
+    type Target = Control;
+    fn deref(&self) -> &Control {
+        &self.guard
+    }
+}
+
+impl core::ops::DerefMut for CtlGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Control {
+        &mut self.guard
+    }
+}
+
+impl Drop for CtlGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `guard` is dropped exactly once, here, and not used afterwards.
+        unsafe { core::mem::ManuallyDrop::drop(&mut self.guard) };
+        // SAFETY: restores the scope saved in `State::lock_ctl`, after the mutex is released.
+        unsafe { bindings::fctrace_nofs_restore(self.nofs) };
     }
 }
 
@@ -345,6 +378,13 @@ struct Cur {
 }
 
 impl State {
+    /// Takes the control mutex (see [`CtlGuard`]).
+    pub(crate) fn lock_ctl(&self) -> CtlGuard<'_> {
+        // SAFETY: trivial C wrapper of memalloc_nofs_save(); restored by the guard's drop.
+        let nofs = unsafe { bindings::fctrace_nofs_save() };
+        CtlGuard { guard: core::mem::ManuallyDrop::new(self.ctl.lock()), nofs }
+    }
+
     fn gen(&self) -> u32 {
         self.generation.load(Ordering::Acquire)
     }
@@ -980,17 +1020,12 @@ impl State {
             // SAFETY: trivial C accessor.
             let t0 = unsafe { bindings::fctrace_clock() };
             if target != 0 {
-                // SAFETY: trivial C wrappers of memalloc_nofs_save/restore: allocations
-                // while arming must not recurse into file systems the task may be inside.
-                let nofs = unsafe { bindings::fctrace_nofs_save() };
-                {
-                    let mut ctl = self.ctl.lock();
-                    if self.active.load(Ordering::Acquire) && self.lookup(target) == 0 {
-                        self.arm(&mut ctl, target);
-                    }
+                // Allocations while arming must not recurse into file systems the task
+                // may be inside: the guard makes them GFP_NOFS.
+                let mut ctl = self.lock_ctl();
+                if self.active.load(Ordering::Acquire) && self.lookup(target) == 0 {
+                    self.arm(&mut ctl, target);
                 }
-                // SAFETY: as above.
-                unsafe { bindings::fctrace_nofs_restore(nofs) };
             }
             // SAFETY: we are thread `pid`; the reference ends with this block.
             let d = unsafe { self.data(slot) };
@@ -1352,6 +1387,30 @@ const DENIED: &[&[u8]] = &[
     b"*int3*",
     b"irqentry_*",
     b"synchronize_rcu*",
+    // Instrumentation that debug kernels call from every lock operation and memory
+    // access, including fctrace's own handlers: never a useful subtree, and a reentrancy
+    // hazard when probed.
+    b"lock_acquire*",
+    b"lock_release",
+    b"lock_acquired",
+    b"lock_contended",
+    b"lock_is_held_type",
+    b"lock_sync",
+    b"lockdep_*",
+    b"__lockdep_*",
+    b"mark_lock*",
+    b"kasan_*",
+    b"__kasan_*",
+    b"__asan_*",
+    b"__sanitizer_*",
+    b"kcsan_*",
+    b"__might_sleep",
+    b"__might_resched",
+    b"__might_fault",
+    b"debug_smp_processor_id",
+    b"check_preemption_disabled",
+    b"rcu_read_lock_*held*",
+    b"debug_lockdep_rcu_enabled",
 ];
 
 fn is_denied(name: &[u8]) -> bool {
@@ -1402,7 +1461,7 @@ pub(crate) extern "C" fn fctrace_arm_pending() {
 #[no_mangle]
 pub(crate) extern "C" fn fctrace_sync_work() {
     let Some(st) = state() else { return };
-    let mut ctl = st.ctl.lock();
+    let mut ctl = st.lock_ctl();
     if !st.active.load(Ordering::Acquire) {
         return;
     }
@@ -1410,9 +1469,5 @@ pub(crate) extern "C" fn fctrace_sync_work() {
         st.deactivate(&mut ctl);
         return;
     }
-    // SAFETY: trivial C wrappers of memalloc_nofs_save/restore, as in the trampoline.
-    let nofs = unsafe { bindings::fctrace_nofs_save() };
     st.arm_ahead(&mut ctl);
-    // SAFETY: as above.
-    unsafe { bindings::fctrace_nofs_restore(nofs) };
 }
