@@ -14,8 +14,6 @@ const ALL_CPUS: c_int = -1;
 /// An event read from the buffer.
 pub(crate) struct Event {
     pub(crate) rec: Record,
-    #[allow(dead_code)]
-    pub(crate) ts: u64,
     pub(crate) cpu: u32,
     pub(crate) lost: u64,
 }
@@ -100,7 +98,7 @@ impl Buffer {
         unsafe { bindings::ring_buffer_size(self.rb, 0) as u64 }
     }
 
-    fn event(ev: *mut bindings::ring_buffer_event, ts: u64, cpu: u32, lost: u64) -> Option<Event> {
+    fn event(ev: *mut bindings::ring_buffer_event, cpu: u32, lost: u64) -> Option<Event> {
         if ev.is_null() {
             return None;
         }
@@ -111,7 +109,7 @@ impl Buffer {
             let data = bindings::ring_buffer_event_data(ev) as *const u8;
             Record::from_bytes(core::slice::from_raw_parts(data, len.min(RECORD_SIZE)))
         }?;
-        Some(Event { rec, ts, cpu, lost })
+        Some(Event { rec, cpu, lost })
     }
 
     /// The oldest event over all CPUs: its CPU and timestamp, without consuming it.
@@ -133,7 +131,7 @@ impl Buffer {
         let (mut ts, mut lost) = (0u64, 0 as _);
         // SAFETY: `rb` is live; peeking takes the per-CPU reader lock internally.
         let ev = unsafe { bindings::ring_buffer_peek(self.rb, cpu as c_int, &mut ts, &mut lost) };
-        Self::event(ev, ts, cpu, lost as u64)
+        Self::event(ev, cpu, lost as u64)
     }
 
     /// Consumes the next event of `cpu`.
@@ -142,7 +140,7 @@ impl Buffer {
         // SAFETY: `rb` is live; consuming takes the per-CPU reader lock, so concurrent
         // readers never get the same event.
         let ev = unsafe { bindings::ring_buffer_consume(self.rb, cpu as c_int, &mut ts, &mut lost) };
-        Self::event(ev, ts, cpu, lost as u64)
+        Self::event(ev, cpu, lost as u64)
     }
 
     /// Consumes the oldest event over all CPUs.
@@ -227,7 +225,7 @@ impl Snapshot<'_> {
         let ev = unsafe { bindings::ring_buffer_iter_peek(it, &mut ts) };
         // SAFETY: `it` is live.
         let dropped = unsafe { bindings::ring_buffer_iter_dropped(it) };
-        Buffer::event(ev, ts, cpu, u64::from(dropped))
+        Buffer::event(ev, cpu, u64::from(dropped))
     }
 
     /// The next event, moving past it.

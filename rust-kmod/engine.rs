@@ -126,18 +126,16 @@ struct Frame {
     func: u64,
     entry_sp: u64,
     ts: u64,
-    hidden: bool,
     /// The frame ended in a tail call that was not followed: it returns when that callee
     /// does, which no probe sees, so its close is expected, not a missed return.
     ends_in_leaf: bool,
 }
 
-const NO_FRAME: Frame = Frame { func: 0, entry_sp: 0, ts: 0, hidden: false, ends_in_leaf: false };
+const NO_FRAME: Frame = Frame { func: 0, entry_sp: 0, ts: 0, ends_in_leaf: false };
 
 struct TaskData {
     gen: u32,
     depth: usize,
-    hidden: usize,
     frames: [Frame; MAX_FRAMES],
     /// While set, probes hit at a stack pointer below this are inside a call that is not
     /// followed, and are ignored.
@@ -204,7 +202,6 @@ pub(crate) struct State {
     pub(crate) opt_follow_forks: AtomicBool,
     pub(crate) opt_retval: AtomicBool,
     pub(crate) opt_duration: AtomicBool,
-    root_hidden: AtomicBool,
     generation: AtomicU32,
     /// Tasks sent to the trampoline that have not left `fctrace_arm_pending` yet.
     inflight: AtomicUsize,
@@ -233,7 +230,6 @@ impl StateHandle {
             let data = TaskData {
                 gen: 0,
                 depth: 0,
-                hidden: 0,
                 frames: [NO_FRAME; MAX_FRAMES],
                 suppress_below: 0,
                 guard: false,
@@ -255,7 +251,6 @@ impl StateHandle {
                 opt_follow_forks: AtomicBool::new(false),
                 opt_retval: AtomicBool::new(false),
                 opt_duration: AtomicBool::new(true),
-                root_hidden: AtomicBool::new(false),
                 generation: AtomicU32::new(1),
                 inflight: AtomicUsize::new(0),
                 table,
@@ -457,7 +452,6 @@ impl State {
         if d.gen != gen {
             d.gen = gen;
             d.depth = 0;
-            d.hidden = 0;
             d.suppress_below = 0;
             d.guard = false;
             d.pending = 0;
@@ -496,7 +490,7 @@ impl State {
 
     #[allow(clippy::too_many_arguments)] // A record's fields plus where to suppress.
     fn leaf(&self, cur: &Cur, d: &mut TaskData, reason: Reason, flags: u8, func: u64, site: u64, sp: u64, tail: bool) {
-        let r = self.emit(cur, Kind::Leaf, d.depth - d.hidden, reason, flags, func, site);
+        let r = self.emit(cur, Kind::Leaf, d.depth, reason, flags, func, site);
         self.write(&r);
         self.count(reason);
         self.suppress(d, sp, tail);
@@ -533,10 +527,6 @@ impl State {
                 break;
             }
             d.depth -= 1;
-            if f.hidden {
-                d.hidden -= 1;
-                continue;
-            }
             let reason = if exiting {
                 Reason::Exit
             } else if f.entry_sp == sp || f.ends_in_leaf {
@@ -549,7 +539,7 @@ impl State {
             if reason == Reason::None && retval_on && f.entry_sp == sp {
                 flags |= F_RETVAL;
             }
-            let mut r = self.emit(cur, Kind::Ret, d.depth - d.hidden, reason, flags, f.func, site);
+            let mut r = self.emit(cur, Kind::Ret, d.depth, reason, flags, f.func, site);
             r.dur = now.saturating_sub(f.ts);
             r.retval = retval;
             self.write(&r);
@@ -574,12 +564,8 @@ impl State {
                 break;
             }
             d.depth -= 1;
-            if f.hidden {
-                d.hidden -= 1;
-                continue;
-            }
             let reason = if f.ends_in_leaf { Reason::None } else { Reason::Unwound };
-            let mut r = self.emit(cur, Kind::Ret, d.depth - d.hidden, reason, F_DURATION, f.func, 0);
+            let mut r = self.emit(cur, Kind::Ret, d.depth, reason, F_DURATION, f.func, 0);
             r.dur = now.saturating_sub(f.ts);
             self.write(&r);
             if reason != Reason::None {
@@ -723,7 +709,7 @@ impl State {
             self.leaf(&cur, d, Reason::IndirectUnknown, flags, 0, site.addr, sp, tail);
             return 0;
         };
-        let shown_depth = d.depth - d.hidden;
+        let shown_depth = d.depth;
         let max = self.max_depth.load(Ordering::Relaxed) as usize;
         if (max != 0 && shown_depth >= max) || d.depth >= MAX_FRAMES {
             d.last_redirect = 0;
@@ -739,7 +725,6 @@ impl State {
                     func: target,
                     entry_sp: if tail { sp } else { sp - 8 },
                     ts: r.ts,
-                    hidden: false,
                     ends_in_leaf: false,
                 };
                 d.depth += 1;
@@ -847,26 +832,17 @@ impl State {
         let sp = regs.sp as u64;
         // Frames at or below this entry's stack pointer are stale (their returns were
         // missed); deeper ones mean we are nested inside a trace already.
+        self.close_stale(&cur, d, sp);
         if d.depth > 0 {
-            self.close_frames(&cur, d, sp.saturating_sub(1), 0, 0, false);
-            if d.depth > 0 {
-                return 0;
-            }
+            return 0;
         }
-        let hidden = self.root_hidden.load(Ordering::Relaxed);
         let func = self.root_addr();
-        // SAFETY: trivial C accessor.
-        let ts = unsafe { bindings::fctrace_clock() };
-        d.frames[0] = Frame { func, entry_sp: sp, ts, hidden, ends_in_leaf: false };
+        let r = self.emit(&cur, Kind::Call, 0, Reason::None, 0, func, 0);
+        d.frames[0] = Frame { func, entry_sp: sp, ts: r.ts, ends_in_leaf: false };
         d.depth = 1;
-        d.hidden = usize::from(hidden);
         d.suppress_below = 0;
         d.last_redirect = 0;
-        if !hidden {
-            let r = self.emit(&cur, Kind::Call, 0, Reason::None, 0, func, 0);
-            d.frames[0].ts = r.ts;
-            self.write(&r);
-        }
+        self.write(&r);
         0
     }
 
@@ -907,9 +883,8 @@ impl State {
             ST_ARMED => {
                 d.last_redirect = 0;
                 let r = self.emit(&cur, Kind::Call, 0, Reason::None, 0, target, hook_addr);
-                d.frames[0] = Frame { func: target, entry_sp: sp, ts: r.ts, hidden: false, ends_in_leaf: false };
+                d.frames[0] = Frame { func: target, entry_sp: sp, ts: r.ts, ends_in_leaf: false };
                 d.depth = 1;
-                d.hidden = 0;
                 d.suppress_below = 0;
                 self.write(&r);
                 0
@@ -1222,7 +1197,6 @@ impl State {
             }
         };
         ROOT_ADDR.store(root.unwrap_or(0), Ordering::Relaxed);
-        self.root_hidden.store(false, Ordering::Relaxed);
         // No task may keep state from an earlier session.
         self.generation.fetch_add(1, Ordering::AcqRel);
         if self.inflight.load(Ordering::Acquire) == 0 {
