@@ -279,6 +279,8 @@ impl State {
             OptionName::FollowForks => &self.opt_follow_forks,
             OptionName::Retval => &self.opt_retval,
             OptionName::Duration => &self.opt_duration,
+            OptionName::Irqs => &self.opt_irqs,
+            OptionName::Lossless => &self.opt_lossless,
         }
     }
 
@@ -300,6 +302,8 @@ impl State {
         writeln!(t, "atomic_arming_pending: {}", self.ahead_pending())?;
         writeln!(t, "functions_armed_ahead: {}", s.armed_ahead.load(Ordering::Relaxed))?;
         writeln!(t, "late_int3_recovered: {}", crate::late_int3::RECOVERED.load(Ordering::Relaxed))?;
+        writeln!(t, "irq_roots_missing: {}", s.irq_roots_missing.load(Ordering::Relaxed))?;
+        writeln!(t, "lossless_waits: {}", s.lossless_waits.load(Ordering::Relaxed))?;
         for v in 1..Reason::COUNT as u8 {
             let r = Reason::from_u8(v);
             let n = s.reasons.get(v as usize).map_or(0, |c| c.load(Ordering::Relaxed));
@@ -352,10 +356,14 @@ impl State {
             }
             FileId::Options => {
                 let (opt, on) = parse::parse_option(data).map_err(|e| {
-                    self.log(format_args!("options: unknown option (known: follow-forks, retval, duration, with 'no' to clear)"));
+                    self.log(format_args!("options: unknown option (known: follow-forks, retval, duration, irqs, lossless; 'no' clears)"));
                     errno(e)
                 })?;
                 self.option(opt).store(on, Ordering::Relaxed);
+                if opt == OptionName::Irqs && on {
+                    // Tracing may be on already: hook the interrupt entries now.
+                    self.add_irq_roots(&mut self.lock_ctl());
+                }
                 Ok(())
             }
             FileId::ErrorLogFile => {

@@ -19,7 +19,7 @@ use crate::control::{Control, ErrorLog};
 use crate::decode::{self, Flow};
 use crate::kprobe::{Batch, Probe};
 use crate::parse::{self, FilterVerdict};
-use crate::record::{Kind, Reason, Record, F_DURATION, F_INDIRECT, F_RETVAL, F_TAIL};
+use crate::record::{Kind, Reason, Record, F_DURATION, F_INDIRECT, F_IRQ, F_RETVAL, F_SOFTIRQ, F_TAIL};
 use core::cell::UnsafeCell;
 use core::pin::Pin;
 use kernel::ffi::c_int;
@@ -119,7 +119,32 @@ pub(crate) enum Hook {
     /// The body of `x64_sys_call(regs, nr)` (past its ftrace site, so an int3 probe):
     /// in all-system-calls mode, opens a trace at `sys_call_table[nr]`.
     Syscall,
+    /// The entry of an interrupt handler (`irqs` option): opens an interrupt's tree when
+    /// a traced task is current. With the function's start address.
+    IrqRoot(Ctx, u64),
 }
+
+/// The context a probe hit runs in, for a traced task that is current.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ctx {
+    /// The task itself.
+    Task,
+    /// A softirq (or other code running for the task off its stack).
+    SoftIrq,
+    /// A hardware interrupt handler.
+    HardIrq,
+}
+
+/// Interrupt entry functions probed with the `irqs` option: hardware interrupts (timer,
+/// devices, IPIs, irq_work) and softirqs (also those run from `local_bh_enable()`).
+const IRQ_ROOTS: &[(&CStr, Ctx)] = &[
+    (c_str!("__sysvec_apic_timer_interrupt"), Ctx::HardIrq),
+    (c_str!("__common_interrupt"), Ctx::HardIrq),
+    (c_str!("__sysvec_irq_work"), Ctx::HardIrq),
+    (c_str!("__sysvec_call_function_single"), Ctx::HardIrq),
+    (c_str!("__sysvec_call_function"), Ctx::HardIrq),
+    (c_str!("handle_softirqs"), Ctx::SoftIrq),
+];
 
 #[derive(Clone, Copy)]
 struct Frame {
@@ -132,6 +157,18 @@ struct Frame {
 }
 
 const NO_FRAME: Frame = Frame { func: 0, entry_sp: 0, ts: 0, ends_in_leaf: false };
+
+impl TaskData {
+    const EMPTY: TaskData = TaskData {
+        gen: 0,
+        depth: 0,
+        frames: [NO_FRAME; MAX_FRAMES],
+        suppress_below: 0,
+        guard: false,
+        pending: 0,
+        last_redirect: 0,
+    };
+}
 
 struct TaskData {
     gen: u32,
@@ -161,6 +198,22 @@ struct TaskSlot {
 // SAFETY: see the invariant: `data` is never shared between threads.
 unsafe impl Sync for TaskSlot {}
 
+/// The call tree of one interrupt context (hard or soft) of one CPU, while a traced task
+/// is current there (`irqs` option).
+///
+/// # Invariants
+///
+/// `data` is only accessed on its CPU, by handlers running in its context with interrupts
+/// off (int3 handlers, and the ftrace-based handlers of interrupt entry functions, which
+/// are entered with interrupts off). Hard interrupts do not nest, nor do softirqs, and
+/// each kind has its own slot, so no two accesses overlap.
+struct IrqSlot {
+    data: UnsafeCell<TaskData>,
+}
+
+// SAFETY: see the invariant: `data` is only used from one CPU, one context at a time.
+unsafe impl Sync for IrqSlot {}
+
 struct Entry {
     key: AtomicU64,
     val: AtomicU32,
@@ -179,6 +232,10 @@ pub(crate) struct Stats {
     pub(crate) funcs_refused: AtomicU64,
     pub(crate) probes_armed: AtomicU64,
     pub(crate) sites_unprobeable: AtomicU64,
+    /// `irqs` option: interrupt entry functions that could not be hooked.
+    pub(crate) irq_roots_missing: AtomicU64,
+    /// `lossless` option: times a traced task waited for the reader.
+    pub(crate) lossless_waits: AtomicU64,
 }
 
 /// Everything fctrace has.
@@ -202,6 +259,11 @@ pub(crate) struct State {
     pub(crate) opt_follow_forks: AtomicBool,
     pub(crate) opt_retval: AtomicBool,
     pub(crate) opt_duration: AtomicBool,
+    /// Show interrupts that run while a traced task is current (takes effect when
+    /// tracing starts).
+    pub(crate) opt_irqs: AtomicBool,
+    /// A traced task waits for the reader instead of losing events (see `throttle`).
+    pub(crate) opt_lossless: AtomicBool,
     generation: AtomicU32,
     /// Tasks sent to the trampoline that have not left `fctrace_arm_pending` yet.
     inflight: AtomicUsize,
@@ -213,6 +275,8 @@ pub(crate) struct State {
     /// Entries in use in `table` (written under `ctl`).
     table_used: AtomicUsize,
     tasks: KVVec<TaskSlot>,
+    /// Two per CPU: hard interrupt, softirq.
+    irq_slots: KVVec<IrqSlot>,
     pub(crate) stats: Stats,
 }
 
@@ -227,16 +291,13 @@ impl StateHandle {
         }
         let mut tasks = KVVec::with_capacity(MAX_TASKS, GFP_KERNEL)?;
         for _ in 0..MAX_TASKS {
-            let data = TaskData {
-                gen: 0,
-                depth: 0,
-                frames: [NO_FRAME; MAX_FRAMES],
-                suppress_below: 0,
-                guard: false,
-                pending: 0,
-                last_redirect: 0,
-            };
-            tasks.push(TaskSlot { pid: AtomicU32::new(0), data: UnsafeCell::new(data) }, GFP_KERNEL)?;
+            tasks.push(TaskSlot { pid: AtomicU32::new(0), data: UnsafeCell::new(TaskData::EMPTY) }, GFP_KERNEL)?;
+        }
+        // SAFETY: reading a variable that is set once during boot.
+        let cpus = unsafe { bindings::nr_cpu_ids } as usize;
+        let mut irq_slots = KVVec::with_capacity(2 * cpus, GFP_KERNEL)?;
+        for _ in 0..2 * cpus {
+            irq_slots.push(IrqSlot { data: UnsafeCell::new(TaskData::EMPTY) }, GFP_KERNEL)?;
         }
         let buf = Buffer::new(crate::control::DEFAULT_BUFFER_KB * 1024)?;
         let state = KBox::pin_init(
@@ -251,6 +312,8 @@ impl StateHandle {
                 opt_follow_forks: AtomicBool::new(false),
                 opt_retval: AtomicBool::new(false),
                 opt_duration: AtomicBool::new(true),
+                opt_irqs: AtomicBool::new(false),
+                opt_lossless: AtomicBool::new(false),
                 generation: AtomicU32::new(1),
                 inflight: AtomicUsize::new(0),
                 table,
@@ -258,6 +321,7 @@ impl StateHandle {
                 wanted_next: AtomicUsize::new(0),
                 table_used: AtomicUsize::new(0),
                 tasks,
+                irq_slots,
                 stats: Stats {
                     written: AtomicU64::new(0),
                     write_failed: AtomicU64::new(0),
@@ -270,6 +334,8 @@ impl StateHandle {
                     funcs_refused: AtomicU64::new(0),
                     probes_armed: AtomicU64::new(0),
                     sites_unprobeable: AtomicU64::new(0),
+                    irq_roots_missing: AtomicU64::new(0),
+                    lossless_waits: AtomicU64::new(0),
                 },
             }),
             GFP_KERNEL,
@@ -370,6 +436,7 @@ struct Cur {
     pid: u32,
     tgid: u32,
     sleepable: bool,
+    ctx: Ctx,
 }
 
 impl State {
@@ -400,6 +467,12 @@ impl State {
 
     /// The current task, if it is traced and ran the probed instruction in task context.
     fn current(&self, regs: &bindings::pt_regs, via_ftrace: bool) -> Option<Cur> {
+        self.current_in(regs, via_ftrace, false)
+    }
+
+    /// The current task, if it is traced, and the context of the probed instruction: the
+    /// task's own, or (with `irqs`) an interrupt running while it is current.
+    fn current_in(&self, regs: &bindings::pt_regs, via_ftrace: bool, irqs: bool) -> Option<Cur> {
         if !self.active.load(Ordering::Acquire) {
             return None;
         }
@@ -411,10 +484,40 @@ impl State {
         }
         let mut sleepable = false;
         // SAFETY: `regs` are the registers of the probed context, as the C helper expects.
-        if !unsafe { bindings::fctrace_task_context(regs, via_ftrace, &mut sleepable) } {
-            return None;
+        let ctx = match unsafe { bindings::fctrace_task_context(regs, via_ftrace, irqs, &mut sleepable) } as u32 {
+            bindings::FCTRACE_CTX_TASK => Ctx::Task,
+            bindings::FCTRACE_CTX_SOFTIRQ => Ctx::SoftIrq,
+            bindings::FCTRACE_CTX_HARDIRQ => Ctx::HardIrq,
+            _ => return None,
+        };
+        Some(Cur { pid, tgid, sleepable, ctx })
+    }
+
+    /// The call tree `cur` adds to: its thread's (`Some(slot)`), or its CPU's interrupt
+    /// context's (`None`).
+    ///
+    /// # Safety
+    ///
+    /// Called from a handler running in `cur`'s context with interrupts off; the returned
+    /// reference is dropped before the handler returns (see [`TaskSlot`] and [`IrqSlot`]).
+    #[allow(clippy::mut_from_ref)] // The data is in an `UnsafeCell` owned by one context.
+    unsafe fn tree(&self, cur: &Cur) -> Option<(Option<&TaskSlot>, &mut TaskData)> {
+        match cur.ctx {
+            Ctx::Task => {
+                let slot = self.slot(cur.pid)?;
+                // SAFETY: by the caller's contract we are `cur.pid`'s own handler.
+                Some((Some(slot), unsafe { self.data(&slot.data) }))
+            }
+            Ctx::SoftIrq | Ctx::HardIrq => {
+                // SAFETY: trivial C accessor.
+                let cpu = unsafe { bindings::fctrace_cpu() } as usize;
+                let i = 2 * cpu + usize::from(cur.ctx == Ctx::HardIrq);
+                let slot = self.irq_slots.get(i)?;
+                // SAFETY: by the caller's contract we run on this CPU in this context with
+                // interrupts off: the `IrqSlot` invariant.
+                Some((None, unsafe { self.data(&slot.data) }))
+            }
         }
-        Some(Cur { pid, tgid, sleepable })
     }
 
     fn slot(&self, pid: u32) -> Option<&TaskSlot> {
@@ -444,10 +547,10 @@ impl State {
     /// across anything that could let that thread run another handler (it is dropped
     /// before the handler returns).
     #[allow(clippy::mut_from_ref)] // The data is in an `UnsafeCell` owned by one thread.
-    unsafe fn data<'a>(&self, slot: &'a TaskSlot) -> &'a mut TaskData {
-        // SAFETY: by the caller's contract and the `TaskSlot` invariant, nobody else
-        // accesses this data now.
-        let d = unsafe { &mut *slot.data.get() };
+    unsafe fn data<'a>(&self, cell: &'a UnsafeCell<TaskData>) -> &'a mut TaskData {
+        // SAFETY: by the caller's contract and the `TaskSlot`/`IrqSlot` invariants, nobody
+        // else accesses this data now.
+        let d = unsafe { &mut *cell.get() };
         let gen = self.gen();
         if d.gen != gen {
             d.gen = gen;
@@ -466,7 +569,12 @@ impl State {
         r.kind = kind as u8;
         r.depth = depth.min(255) as u8;
         r.reason = reason as u8;
-        r.flags = flags;
+        r.flags = flags
+            | match cur.ctx {
+                Ctx::Task => 0,
+                Ctx::SoftIrq => F_SOFTIRQ,
+                Ctx::HardIrq => F_IRQ,
+            };
         r.pid = cur.pid;
         r.tgid = cur.tgid;
         // SAFETY: trivial C accessors.
@@ -574,8 +682,8 @@ impl State {
         }
     }
 
-    fn release_if_done(&self, slot: &TaskSlot, d: &TaskData) {
-        if d.depth == 0 && d.pending == 0 {
+    fn release_if_done(&self, slot: Option<&TaskSlot>, d: &TaskData) {
+        if let Some(slot) = slot.filter(|_| d.depth == 0 && d.pending == 0) {
             slot.pid.store(0, Ordering::Release);
         }
     }
@@ -640,10 +748,11 @@ impl State {
 
     /// The pre-handler of every call, jump and return site.
     fn on_site(&self, site: &SiteData, regs: &mut bindings::pt_regs) -> c_int {
-        let Some(cur) = self.current(regs, false) else { return 0 };
-        let Some(slot) = self.slot(cur.pid) else { return 0 };
-        // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
-        let d = unsafe { self.data(slot) };
+        let irqs = self.opt_irqs.load(Ordering::Relaxed);
+        let Some(cur) = self.current_in(regs, false, irqs) else { return 0 };
+        // SAFETY: an int3 handler, in `cur`'s context with interrupts off; `d` is dropped
+        // before returning.
+        let Some((slot, d)) = (unsafe { self.tree(&cur) }) else { return 0 };
         if d.guard || d.depth == 0 {
             return 0;
         }
@@ -825,7 +934,7 @@ impl State {
         let Some(cur) = self.current(regs, Probe::<Hook>::is_ftrace_based(p)) else { return 0 };
         let Some(slot) = self.claim_slot(cur.pid) else { return 0 };
         // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
-        let d = unsafe { self.data(slot) };
+        let d = unsafe { self.data(&slot.data) };
         if d.guard {
             return 0;
         }
@@ -837,6 +946,34 @@ impl State {
             return 0;
         }
         let func = self.root_addr();
+        let r = self.emit(&cur, Kind::Call, 0, Reason::None, 0, func, 0);
+        d.frames[0] = Frame { func, entry_sp: sp, ts: r.ts, ends_in_leaf: false };
+        d.depth = 1;
+        d.suppress_below = 0;
+        d.last_redirect = 0;
+        self.write(&r);
+        0
+    }
+
+    /// The entry of an interrupt handler (`irqs` option), running while a traced task is
+    /// current: opens the tree of this interrupt context, shown marked.
+    fn on_irq_root(&self, p: *mut bindings::kprobe, regs: &mut bindings::pt_regs, ctx: Ctx, func: u64) -> c_int {
+        if !self.opt_irqs.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let Some(cur) = self.current_in(regs, Probe::<Hook>::is_ftrace_based(p), true) else { return 0 };
+        if cur.ctx != ctx {
+            return 0;
+        }
+        // SAFETY: interrupt entry functions are entered with interrupts off, in `ctx`;
+        // `d` is dropped before returning.
+        let Some((_, d)) = (unsafe { self.tree(&cur) }) else { return 0 };
+        let sp = regs.sp as u64;
+        // Frames of an earlier interrupt whose return was missed are below this one.
+        self.close_stale(&cur, d, sp);
+        if d.depth > 0 {
+            return 0;
+        }
         let r = self.emit(&cur, Kind::Call, 0, Reason::None, 0, func, 0);
         d.frames[0] = Frame { func, entry_sp: sp, ts: r.ts, ends_in_leaf: false };
         d.depth = 1;
@@ -858,7 +995,7 @@ impl State {
         let Some(cur) = self.current(regs, false) else { return 0 };
         let Some(slot) = self.claim_slot(cur.pid) else { return 0 };
         // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
-        let d = unsafe { self.data(slot) };
+        let d = unsafe { self.data(&slot.data) };
         if d.guard {
             return 0;
         }
@@ -875,7 +1012,7 @@ impl State {
         let hook_addr = unsafe { (*p).addr } as u64;
         let Some(target) = target else {
             d.last_redirect = 0;
-            self.release_if_done(slot, d);
+            self.release_if_done(Some(slot), d);
             return 0;
         };
         let st = self.lookup(target);
@@ -891,14 +1028,14 @@ impl State {
             }
             ST_HIDDEN => {
                 d.last_redirect = 0;
-                self.release_if_done(slot, d);
+                self.release_if_done(Some(slot), d);
                 0
             }
             ST_LEAF => {
                 d.last_redirect = 0;
                 let r = self.emit(&cur, Kind::Leaf, 0, Reason::from_u8((st >> 8) as u8), 0, target, hook_addr);
                 self.write(&r);
-                self.release_if_done(slot, d);
+                self.release_if_done(Some(slot), d);
                 0
             }
             _ if cur.sleepable && d.last_redirect != hook_addr => {
@@ -911,7 +1048,7 @@ impl State {
                 let r = self.emit(&cur, Kind::Leaf, 0, reason, 0, target, hook_addr);
                 self.write(&r);
                 self.count(reason);
-                self.release_if_done(slot, d);
+                self.release_if_done(Some(slot), d);
                 0
             }
         }
@@ -941,7 +1078,7 @@ impl State {
         let Some(cur) = self.current(regs, Probe::<Hook>::is_ftrace_based(p)) else { return 0 };
         if let Some(slot) = self.slot(cur.pid) {
             // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
-            let d = unsafe { self.data(slot) };
+            let d = unsafe { self.data(&slot.data) };
             self.close_frames(&cur, d, 0, 0, 0, true);
             d.pending = 0;
             slot.pid.store(0, Ordering::Release);
@@ -988,7 +1125,7 @@ impl State {
         if let Some(slot) = self.slot(pid) {
             let target = {
                 // SAFETY: we are thread `pid`; the reference ends with this block.
-                let d = unsafe { self.data(slot) };
+                let d = unsafe { self.data(&slot.data) };
                 d.guard = true;
                 d.pending
             };
@@ -1003,7 +1140,7 @@ impl State {
                 }
             }
             // SAFETY: we are thread `pid`; the reference ends with this block.
-            let d = unsafe { self.data(slot) };
+            let d = unsafe { self.data(&slot.data) };
             d.guard = false;
             d.pending = 0;
             // Time spent arming is fctrace's, not the traced functions': leave it out of
@@ -1235,7 +1372,39 @@ impl State {
                 return Err(ENOMEM);
             }
         }
+        if self.opt_irqs.load(Ordering::Relaxed) {
+            self.add_irq_roots(ctl);
+        }
         Ok(())
+    }
+
+    /// `irqs` option: arms the interrupt entry functions and probes their entries. One
+    /// that this kernel does not have, or that cannot be probed, is counted and skipped.
+    pub(crate) fn add_irq_roots(&self, ctl: &mut Control) {
+        if !self.active.load(Ordering::Acquire) || ctl.hooks.iter().any(|h| matches!(h.data, Hook::IrqRoot(..))) {
+            return;
+        }
+        for &(name, ctx) in IRQ_ROOTS {
+            let Ok((func, _)) = crate::control::resolve(name) else {
+                self.stats.irq_roots_missing.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            if self.lookup(func) != ST_ARMED && self.arm_as(ctl, func, true) != ST_ARMED {
+                self.stats.irq_roots_missing.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let Ok(mut b) = KBox::pin(Probe::on_symbol(name, hook_handler, Hook::IrqRoot(ctx, func)), GFP_KERNEL) else {
+                self.stats.irq_roots_missing.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            if b.as_mut().register().is_err() {
+                self.stats.irq_roots_missing.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if ctl.hooks.push(b, GFP_KERNEL).is_err() {
+                self.stats.irq_roots_missing.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Removes every probe. Called with `ctl` held.
@@ -1419,6 +1588,7 @@ unsafe extern "C" fn hook_handler(p: *mut bindings::kprobe, regs: *mut bindings:
         Hook::Exit => st.on_exit(p, regs),
         Hook::Fork => st.on_fork(p, regs),
         Hook::Syscall => st.on_syscall(p, regs),
+        Hook::IrqRoot(ctx, func) => st.on_irq_root(p, regs, ctx, func),
     }
 }
 

@@ -33,33 +33,39 @@ struct trace_buffer *fctrace_rb_alloc(unsigned long size)
 	return ring_buffer_alloc(size, RB_FL_OVERWRITE);
 }
 
-bool fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool *sleepable)
+int fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool irqs, bool *sleepable)
 {
 	unsigned int pc = preempt_count();
 
+	*sleepable = false;
 	if (via_ftrace) {
 		/* kprobe_ftrace_handler() runs with preemption disabled once. */
 		pc -= 1;
 	} else {
 		/* exc_int3() went through irqentry_nmi_enter(): NMI_OFFSET + HARDIRQ_OFFSET. */
 		if ((pc & NMI_MASK) < NMI_OFFSET)
-			return false;
+			return FCTRACE_CTX_NONE;
 		pc -= NMI_OFFSET + HARDIRQ_OFFSET;
 	}
-	if (pc & (NMI_MASK | HARDIRQ_MASK | SOFTIRQ_OFFSET))
-		return false;
+	if (pc & NMI_MASK)
+		return FCTRACE_CTX_NONE;
+	if (pc & HARDIRQ_MASK)
+		return irqs ? FCTRACE_CTX_HARDIRQ : FCTRACE_CTX_NONE;
+	if (pc & SOFTIRQ_OFFSET)
+		return irqs ? FCTRACE_CTX_SOFTIRQ : FCTRACE_CTX_NONE;
 	/*
 	 * fctrace follows the task by its stack pointer, on its own stack. Code that runs
 	 * for the task on another stack (softirqs run by local_bh_enable() through
-	 * call_on_irqstack(), exception stacks) is not part of its call tree.
+	 * call_on_irqstack(), before they count as serving; exception stacks) is not part
+	 * of its call tree; with irqs it is shown as a softirq.
 	 */
 	if (regs->sp - (unsigned long)task_stack_page(current) >= THREAD_SIZE)
-		return false;
+		return irqs ? FCTRACE_CTX_SOFTIRQ : FCTRACE_CTX_NONE;
 	*sleepable = !(pc & (PREEMPT_MASK | SOFTIRQ_MASK)) &&
 		     (regs->flags & X86_EFLAGS_IF) &&
 		     !rcu_preempt_depth() && !pagefault_disabled() &&
 		     !(current->flags & (PF_EXITING | PF_MEMALLOC));
-	return true;
+	return FCTRACE_CTX_TASK;
 }
 
 void fctrace_current_ids(u32 *pid, u32 *tgid)

@@ -14,13 +14,19 @@ struct module;
 
 struct trace_buffer *fctrace_rb_alloc(unsigned long size);
 
+/* What fctrace_task_context() found the probed instruction running in. */
+#define FCTRACE_CTX_NONE 0	/* NMI, or neither the task nor an interrupt it follows */
+#define FCTRACE_CTX_TASK 1	/* the task itself, on its own stack */
+#define FCTRACE_CTX_SOFTIRQ 2	/* a softirq (or other code off the task's stack) */
+#define FCTRACE_CTX_HARDIRQ 3	/* a hardware interrupt handler */
+
 /*
- * From a probe handler: true when the probed instruction ran in task context (not in a
- * hard or soft interrupt or NMI). *sleepable tells whether that context could sleep.
- * via_ftrace: the kprobe is ftrace-based (handler called from the ftrace trampoline)
- * rather than entered through int3.
+ * From a probe handler: the context the probed instruction ran in. Interrupt contexts
+ * are reported only when irqs is set (otherwise FCTRACE_CTX_NONE). *sleepable tells
+ * whether a task context could sleep. via_ftrace: the kprobe is ftrace-based (handler
+ * called from the ftrace trampoline) rather than entered through int3.
  */
-bool fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool *sleepable);
+int fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool irqs, bool *sleepable);
 
 void fctrace_current_ids(u32 *pid, u32 *tgid);
 void fctrace_current_comm(u8 *comm16);

@@ -15,8 +15,15 @@ use crate::util::{note, out_dir, shell, Args, Result};
 use crate::vm::{self, VmOpts};
 
 pub fn cmd(mut args: Args) -> Result<i32> {
-    crate::kernel::set_debug(args.flag("--debug"));
-    let opts = VmOpts::from_args(&mut args)?;
+    let debug = args.flag("--debug");
+    crate::kernel::set_debug(debug);
+    let mut opts = VmOpts::from_args(&mut args)?;
+    // The debug kernel (KASAN + lockdep, emulated) runs the same tests about
+    // 8x slower: scale the per-test and whole-run timeouts unless given.
+    let per_test = if debug { 1200 } else { 120 };
+    if debug && opts.timeout == std::time::Duration::from_secs(vm::DEFAULT_TIMEOUT) {
+        opts.timeout = std::time::Duration::from_secs(vm::DEFAULT_TIMEOUT * 8);
+    }
     let rest = args.finish()?;
     if rest.len() > 1 {
         return Err("test takes at most one PATTERN".into());
@@ -49,7 +56,7 @@ pub fn cmd(mut args: Args) -> Result<i32> {
     };
     write!(
         script,
-        "#!/bin/sh\ncd /selftests || exit 1\nexec sh ./fctracetest{arg}\n"
+        "#!/bin/sh\ncd /selftests || exit 1\nexport FCTRACE_TEST_TIMEOUT={per_test}\nexec sh ./fctracetest{arg}\n"
     )?;
     script.flush()?;
     let (kdir, initrd) = vm::prepare(true, Some(script.path()))?;

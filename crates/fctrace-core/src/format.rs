@@ -7,7 +7,7 @@
 //!  1)             cat-83 | +     12.345 us  |  } /* vfs_read ret=0x1d */
 //! ```
 
-use crate::record::{Kind, Reason, Record, F_DURATION, F_INDIRECT, F_RETVAL, F_TAIL};
+use crate::record::{Kind, Reason, Record, F_DURATION, F_INDIRECT, F_IRQ, F_RETVAL, F_SOFTIRQ, F_TAIL};
 use core::fmt::{self, Write};
 
 /// How records are shown.
@@ -107,6 +107,28 @@ impl fmt::Display for Retval {
     }
 }
 
+/// The interrupt context an event belongs to (`irq`, `softirq`), if any.
+pub fn irq_context(r: &Record) -> Option<&'static str> {
+    if r.flags & F_IRQ != 0 {
+        Some("irq")
+    } else if r.flags & F_SOFTIRQ != 0 {
+        Some("softirq")
+    } else {
+        None
+    }
+}
+
+/// Writes the marker line that opens (`enter`) or closes an interrupt's tree, like
+/// function_graph's `funcgraph-irqs`: `==========> irq` / `<========== irq`.
+fn write_irq_marker(w: &mut impl Write, r: &Record, what: &str, enter: bool) -> fmt::Result {
+    write_prefix(w, r, None)?;
+    if enter {
+        writeln!(w, "==========> {}", what)
+    } else {
+        writeln!(w, "<========== {}", what)
+    }
+}
+
 /// Writes one line for `r`. `name` is the symbol of `r.func`. `ret` is the matching
 /// return when the reader found it right after a call: the pair is shown as one leaf line
 /// `name();` with the return's duration and value.
@@ -148,6 +170,11 @@ pub fn write_record(
             n += 1;
         }
     }
+    // An interrupt's tree (its entry function at depth 0) is set off by marker lines.
+    let irq = irq_context(r).filter(|_| r.depth == 0);
+    if let Some(what) = irq.filter(|_| kind != Some(Kind::Ret)) {
+        write_irq_marker(w, r, what, true)?;
+    }
     write_prefix(w, r, dur)?;
     let mut head = None;
     match kind {
@@ -164,7 +191,12 @@ pub fn write_record(
         None => write!(w, "?? kind {}", r.kind)?,
     }
     write_comment(w, head, notes.get(..n).unwrap_or(&[]))?;
-    w.write_char('\n')
+    w.write_char('\n')?;
+    let closes = kind == Some(Kind::Ret) || kind == Some(Kind::Leaf) || ret.is_some();
+    if let Some(what) = irq.filter(|_| closes) {
+        write_irq_marker(w, r, what, false)?;
+    }
+    Ok(())
 }
 
 /// Writes the marker for events the ring buffer lost on `cpu`.
@@ -181,6 +213,7 @@ pub fn is_matching_return(call: &Record, ret: &Record) -> bool {
         && ret.depth == call.depth
         && ret.func == call.func
         && ret.reason == Reason::None as u8
+        && ret.flags & (F_IRQ | F_SOFTIRQ) == call.flags & (F_IRQ | F_SOFTIRQ)
 }
 
 #[cfg(test)]
@@ -252,6 +285,39 @@ mod tests {
         let mut s = String::new();
         write_lost(&mut s, 3, 42).unwrap();
         assert_eq!(s, "CPU:3 [LOST 42 EVENTS]\n");
+    }
+
+    #[test]
+    fn interrupt_trees_are_marked() {
+        let mut s = String::new();
+        let mut call = rec(Kind::Call, 0);
+        call.flags = F_IRQ;
+        write_record(&mut s, &call, "__sysvec_apic_timer_interrupt", None, ALL).unwrap();
+        let mut inner = rec(Kind::Leaf, 1);
+        inner.flags = F_IRQ;
+        inner.reason = Reason::Atomic as u8;
+        write_record(&mut s, &inner, "hrtimer_interrupt", None, ALL).unwrap();
+        let mut ret = rec(Kind::Ret, 0);
+        ret.flags = F_IRQ | F_DURATION;
+        ret.dur = 2_000;
+        write_record(&mut s, &ret, "__sysvec_apic_timer_interrupt", None, ALL).unwrap();
+        let mut soft = rec(Kind::Call, 0);
+        soft.flags = F_SOFTIRQ;
+        let mut sret = rec(Kind::Ret, 0);
+        sret.flags = F_SOFTIRQ | F_DURATION;
+        sret.dur = 1_000;
+        write_record(&mut s, &soft, "handle_softirqs", Some(&sret), ALL).unwrap();
+        let expected = concat!(
+            " 1)             cat-83 |                 |  ==========> irq\n",
+            " 1)             cat-83 |                 |  __sysvec_apic_timer_interrupt() {\n",
+            " 1)             cat-83 |                 |    hrtimer_interrupt(); /* not followed: atomic */\n",
+            " 1)             cat-83 |        2.000 us  |  }\n",
+            " 1)             cat-83 |                 |  <========== irq\n",
+            " 1)             cat-83 |                 |  ==========> softirq\n",
+            " 1)             cat-83 |        1.000 us  |  handle_softirqs();\n",
+            " 1)             cat-83 |                 |  <========== softirq\n",
+        );
+        assert_eq!(s, expected);
     }
 
     #[test]

@@ -286,13 +286,21 @@ pub enum OptionName {
     Retval,
     /// `duration`: show durations.
     Duration,
+    /// `irqs`: show interrupts and softirqs that run while a traced task is current,
+    /// marked, instead of leaving them out.
+    Irqs,
+    /// `lossless`: while a reader has `trace_pipe` open, a traced task that would fill
+    /// the buffer waits (where it may sleep) for the reader instead of losing events.
+    Lossless,
 }
 
 /// All options with their names, in the order the `options` file lists them.
-pub const OPTIONS: [(OptionName, &str); 3] = [
+pub const OPTIONS: [(OptionName, &str); 5] = [
     (OptionName::FollowForks, "follow-forks"),
     (OptionName::Retval, "retval"),
     (OptionName::Duration, "duration"),
+    (OptionName::Irqs, "irqs"),
+    (OptionName::Lossless, "lossless"),
 ];
 
 /// Parses one write to `options`: `name` sets, `noname` clears. Exactly one option.
@@ -407,6 +415,9 @@ mod tests {
         assert_eq!(parse_option(b"retval\n"), Ok((OptionName::Retval, true)));
         assert_eq!(parse_option(b"noretval"), Ok((OptionName::Retval, false)));
         assert_eq!(parse_option(b"follow-forks"), Ok((OptionName::FollowForks, true)));
+        assert_eq!(parse_option(b"irqs"), Ok((OptionName::Irqs, true)));
+        assert_eq!(parse_option(b"nolossless\n"), Ok((OptionName::Lossless, false)));
+        assert_eq!(parse_option(b"irqs lossless"), Err(ParseError::Invalid));
         assert_eq!(parse_option(b"nosuch"), Err(ParseError::Invalid));
         assert_eq!(parse_option(b""), Err(ParseError::Invalid));
     }

@@ -120,6 +120,11 @@ pub const F_INDIRECT: u8 = 2;
 pub const F_RETVAL: u8 = 4;
 /// `flags` bit: `dur` holds the frame's duration.
 pub const F_DURATION: u8 = 8;
+/// `flags` bit: the event belongs to a hardware interrupt that ran while the task was
+/// current (`irqs` option); `depth` counts from the interrupt's entry function.
+pub const F_IRQ: u8 = 16;
+/// `flags` bit: the event belongs to a softirq that ran while the task was current.
+pub const F_SOFTIRQ: u8 = 32;
 
 /// One trace event, as stored in the ring buffer.
 #[repr(C)]
