@@ -93,6 +93,20 @@ impl Buffer {
         unsafe { bindings::ring_buffer_entries(self.rb) as u64 }
     }
 
+    /// How full `cpu`'s sub-buffer is with unread events, in per mille (an estimate:
+    /// events are records plus a small header, pages have headers too).
+    pub(crate) fn fill_permille(&self, cpu: u32) -> u64 {
+        // SAFETY: `rb` is live; `cpu` is checked by the ring buffer.
+        let n = unsafe { bindings::ring_buffer_entries_cpu(self.rb, cpu as c_int) } as u64;
+        let size = self.size_per_cpu().max(1);
+        n * (crate::record::RECORD_SIZE as u64 + 8) * 1000 / size
+    }
+
+    /// The fullest sub-buffer's [`Buffer::fill_permille`].
+    pub(crate) fn max_fill_permille(&self) -> u64 {
+        (0..self.cpus()).map(|c| self.fill_permille(c)).max().unwrap_or(0)
+    }
+
     pub(crate) fn size_per_cpu(&self) -> u64 {
         // SAFETY: `rb` is live; CPU 0 always exists.
         unsafe { bindings::ring_buffer_size(self.rb, 0) as u64 }

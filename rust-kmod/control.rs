@@ -291,6 +291,7 @@ impl State {
         writeln!(t, "events_written: {}", s.written.load(Ordering::Relaxed))?;
         writeln!(t, "events_lost: {}", s.write_failed.load(Ordering::Relaxed) + self.buf.overruns())?;
         writeln!(t, "events_in_buffer: {}", self.buf.entries())?;
+        writeln!(t, "readers: {}", self.readers.load(Ordering::Relaxed))?;
         writeln!(t, "functions_armed: {}", armed)?;
         writeln!(t, "functions_refused: {}", s.funcs_refused.load(Ordering::Relaxed))?;
         writeln!(t, "probes_armed: {}", s.probes_armed.load(Ordering::Relaxed))?;

@@ -166,6 +166,8 @@ impl TaskData {
         suppress_below: 0,
         guard: false,
         pending: 0,
+        throttle: false,
+        last_throttle: 0,
         last_redirect: 0,
     };
 }
@@ -180,6 +182,11 @@ struct TaskData {
     /// The task is in fctrace's own arming path.
     guard: bool,
     pending: u64,
+    /// Sent to the trampoline to wait for the reader (`lossless`).
+    throttle: bool,
+    /// The call site the task last waited at (`lossless`): when the task makes the call
+    /// again after waiting, it goes on.
+    last_throttle: u64,
     last_redirect: u64,
 }
 
@@ -262,8 +269,10 @@ pub(crate) struct State {
     /// Show interrupts that run while a traced task is current (takes effect when
     /// tracing starts).
     pub(crate) opt_irqs: AtomicBool,
-    /// A traced task waits for the reader instead of losing events (see `throttle`).
+    /// A traced task waits for the reader instead of losing events (see `throttle_wait`).
     pub(crate) opt_lossless: AtomicBool,
+    /// Open `trace_pipe` files.
+    pub(crate) readers: AtomicUsize,
     generation: AtomicU32,
     /// Tasks sent to the trampoline that have not left `fctrace_arm_pending` yet.
     inflight: AtomicUsize,
@@ -314,6 +323,7 @@ impl StateHandle {
                 opt_duration: AtomicBool::new(true),
                 opt_irqs: AtomicBool::new(false),
                 opt_lossless: AtomicBool::new(false),
+                readers: AtomicUsize::new(0),
                 generation: AtomicU32::new(1),
                 inflight: AtomicUsize::new(0),
                 table,
@@ -558,6 +568,8 @@ impl State {
             d.suppress_below = 0;
             d.guard = false;
             d.pending = 0;
+            d.throttle = false;
+            d.last_throttle = 0;
             d.last_redirect = 0;
         }
         d
@@ -780,10 +792,22 @@ impl State {
             if d.frames[d.depth - 1].func != site.func {
                 return 0;
             }
+            // lossless: the buffer is filling faster than the reader empties it; the task
+            // waits in the trampoline, then makes this call again (and it is recorded).
+            if cur.sleepable && d.last_throttle != site.addr && self.should_throttle() {
+                d.throttle = true;
+                d.last_throttle = site.addr;
+                // Not an arming redirect: the call may still need one when made again.
+                let last = d.last_redirect;
+                self.redirect(d, regs, site.addr, 0);
+                d.last_redirect = last;
+                return 1;
+            }
         }
         let (target, tail, indirect) = match site.kind {
             SiteKind::Ret => {
                 d.last_redirect = 0;
+                d.last_throttle = 0;
                 self.close_frames(&cur, d, sp, site.addr, regs.ax as u64, false);
                 self.release_if_done(slot, d);
                 return 0;
@@ -862,6 +886,33 @@ impl State {
                     self.want(target);
                 }
                 0
+            }
+        }
+    }
+
+    /// `lossless`: whether a traced task about to add events should first wait for the
+    /// reader (the buffer of its CPU is more than half full and someone reads).
+    fn should_throttle(&self) -> bool {
+        if !self.opt_lossless.load(Ordering::Relaxed) || self.readers.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        // SAFETY: trivial C accessor.
+        let cpu = unsafe { bindings::fctrace_cpu() };
+        self.buf.fill_permille(cpu) > 500
+    }
+
+    /// `lossless`, in the trampoline (the task may sleep): waits until every sub-buffer is
+    /// at most a quarter full, the reader goes away, tracing stops, or a signal comes.
+    fn throttle_wait(&self) {
+        self.stats.lossless_waits.fetch_add(1, Ordering::Relaxed);
+        while self.active.load(Ordering::Acquire)
+            && self.opt_lossless.load(Ordering::Relaxed)
+            && self.readers.load(Ordering::Relaxed) > 0
+            && self.buf.max_fill_permille() > 250
+        {
+            // SAFETY: sleeping is allowed in the trampoline (sleepable context, no locks).
+            if unsafe { bindings::fctrace_throttle_sleep(100) } != 0 {
+                break;
             }
         }
     }
@@ -1123,11 +1174,11 @@ impl State {
         // SAFETY: trivial C accessor of `current`.
         unsafe { bindings::fctrace_current_ids(&mut pid, &mut tgid) };
         if let Some(slot) = self.slot(pid) {
-            let target = {
+            let (target, throttle) = {
                 // SAFETY: we are thread `pid`; the reference ends with this block.
                 let d = unsafe { self.data(&slot.data) };
                 d.guard = true;
-                d.pending
+                (d.pending, core::mem::take(&mut d.throttle))
             };
             // SAFETY: trivial C accessor.
             let t0 = unsafe { bindings::fctrace_clock() };
@@ -1138,6 +1189,9 @@ impl State {
                 if self.active.load(Ordering::Acquire) && self.lookup(target) == 0 {
                     self.arm(&mut ctl, target);
                 }
+            }
+            if throttle {
+                self.throttle_wait();
             }
             // SAFETY: we are thread `pid`; the reference ends with this block.
             let d = unsafe { self.data(&slot.data) };

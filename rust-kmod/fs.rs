@@ -11,6 +11,7 @@ use crate::bindings;
 use crate::control::{file_by_ino, FileId, Text, FILES};
 use crate::engine::state;
 use core::cell::UnsafeCell;
+use core::sync::atomic::Ordering;
 use kernel::ffi::{c_char, c_int, c_uint};
 use core::pin::Pin;
 use kernel::alloc::KVec;
@@ -317,10 +318,19 @@ unsafe extern "C" fn pipe_open(inode: *mut bindings::inode, file: *mut bindings:
     // `pipe_release`.
     let raw = KBox::into_raw(unsafe { Pin::into_inner_unchecked(r) });
     // SAFETY: `file` is being opened by us.
-    unsafe {
+    let r = unsafe {
         (*file).private_data = raw.cast();
         bindings::stream_open(inode, file)
+    };
+    if r != 0 {
+        // SAFETY: `raw` came from `KBox::into_raw` above and was not handed out.
+        unsafe { drop(KBox::from_raw(raw)) };
+        return r;
     }
+    if let Some(st) = state() {
+        st.readers.fetch_add(1, Ordering::Relaxed);
+    }
+    0
 }
 
 /// # Safety
@@ -353,6 +363,9 @@ unsafe extern "C" fn pipe_read(file: *mut bindings::file, ubuf: *mut c_char, cou
         if crate::reader::drain(st, &st.buf, &mut g.text, count).is_err() {
             return errno(ENOMEM);
         }
+        // Room was made: a task waiting for it (lossless) may go on.
+        // SAFETY: trivial C helper, process context.
+        unsafe { bindings::fctrace_throttle_wake() };
         if !g.text.0.is_empty() {
             continue;
         }
@@ -390,5 +403,10 @@ unsafe extern "C" fn pipe_poll(file: *mut bindings::file, pt: *mut bindings::pol
 unsafe extern "C" fn pipe_release(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
     // SAFETY: `private_data` is the reader from `pipe_open`, freed once here.
     unsafe { drop(KBox::from_raw((*file).private_data as *mut PipeReader)) };
+    if let Some(st) = state() {
+        st.readers.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: trivial C helper, process context.
+        unsafe { bindings::fctrace_throttle_wake() };
+    }
     0
 }

@@ -234,3 +234,22 @@ void fctrace_wake_sync(void)
 	wake_up_all(&fctrace_waitq);
 	irq_work_sync(&fctrace_wake_work);
 }
+
+static DECLARE_WAIT_QUEUE_HEAD(fctrace_throttle_wq);
+static atomic_t fctrace_throttle_seq = ATOMIC_INIT(0);
+
+int fctrace_throttle_sleep(unsigned int ms)
+{
+	int seq = atomic_read(&fctrace_throttle_seq);
+
+	wait_event_interruptible_timeout(fctrace_throttle_wq,
+					 atomic_read(&fctrace_throttle_seq) != seq,
+					 msecs_to_jiffies(ms));
+	return signal_pending(current);
+}
+
+void fctrace_throttle_wake(void)
+{
+	atomic_inc(&fctrace_throttle_seq);
+	wake_up_all(&fctrace_throttle_wq);
+}

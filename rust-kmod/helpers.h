@@ -53,6 +53,13 @@ void fctrace_wake_readers(void);
 int fctrace_wait_readable(void);
 unsigned int fctrace_poll_wait(struct file *file, struct poll_table_struct *pt);
 void fctrace_wake_sync(void);
+/*
+ * lossless option: a traced task waits in the trampoline until the reader has consumed
+ * (fctrace_throttle_wake()) or ms milliseconds pass. Returns nonzero if a signal is
+ * pending (the task must go on to handle it).
+ */
+int fctrace_throttle_sleep(unsigned int ms);
+void fctrace_throttle_wake(void);
 
 /* Implemented in Rust. */
 bool fctrace_readable(void);
