@@ -27,6 +27,8 @@ const MAX_BUFFER_KB: u64 = 256 * 1024;
 const MAX_WRITE: usize = 16 * 1024;
 /// Most filter patterns.
 const MAX_FILTERS: usize = 64;
+/// Largest `disarm_after` (a day).
+const MAX_DISARM_AFTER_S: u64 = 86400;
 /// Lines kept in `error_log`.
 const ERROR_LOG_LINES: usize = 16;
 
@@ -161,6 +163,7 @@ pub(crate) enum FileId {
     Filter,
     MaxDepth,
     MaxProbes,
+    DisarmAfter,
     TracingOn,
     BufferSizeKb,
     Options,
@@ -171,7 +174,7 @@ pub(crate) enum FileId {
 }
 
 /// Every file: id, name, mode. Inode numbers are the index plus 2.
-pub(crate) const FILES: [(FileId, &CStr, u16); 13] = [
+pub(crate) const FILES: [(FileId, &CStr, u16); 14] = [
     (FileId::Readme, kernel::c_str!("README"), 0o400),
     (FileId::SetPid, kernel::c_str!("set_pid"), 0o600),
     (FileId::StartFunction, kernel::c_str!("start_function"), 0o600),
@@ -179,6 +182,7 @@ pub(crate) const FILES: [(FileId, &CStr, u16); 13] = [
     (FileId::MaxDepth, kernel::c_str!("max_depth"), 0o600),
     (FileId::TracingOn, kernel::c_str!("tracing_on"), 0o600),
     (FileId::MaxProbes, kernel::c_str!("max_probes"), 0o600),
+    (FileId::DisarmAfter, kernel::c_str!("disarm_after"), 0o600),
     (FileId::BufferSizeKb, kernel::c_str!("buffer_size_kb"), 0o600),
     (FileId::Options, kernel::c_str!("options"), 0o600),
     (FileId::Stats, kernel::c_str!("stats"), 0o400),
@@ -204,9 +208,14 @@ fctrace: every kernel function call of chosen tasks, by dynamic call-site probin
   max_depth       Deepest level shown (0 = no limit but the built-in 127).
   tracing_on      1/0: probes armed / all probes removed.
   max_probes      Most kprobes armed at once (16..1000000); functions that would
-                  exceed it are shown as leaves (not followed: arming failed).
+                  exceed it first disarm the least recently entered idle functions;
+                  if none is idle, they show as leaves (not followed: arming failed).
+  disarm_after    Seconds after which a function no traced task has entered (and
+                  none is inside) is disarmed; it is armed again when called.
+                  0 = never.
   buffer_size_kb  Ring buffer size per CPU, in KiB.
-  options         follow-forks, retval, duration: write NAME or noNAME.
+  options         follow-forks, retval, duration, irqs, lossless: write NAME
+                  or noNAME.
   trace_pipe      Consuming, blocking read of the trace.
   trace           Snapshot of the trace, not consumed. A write clears the buffer.
   stats           Counters: events, lost events, probes, calls not followed.
@@ -259,6 +268,7 @@ impl State {
             }
             FileId::MaxDepth => writeln!(t, "{}", self.max_depth.load(Ordering::Relaxed)),
             FileId::MaxProbes => writeln!(t, "{}", self.max_probes.load(Ordering::Relaxed)),
+            FileId::DisarmAfter => writeln!(t, "{}", self.disarm_after_s.load(Ordering::Relaxed)),
             FileId::TracingOn => writeln!(t, "{}", u8::from(self.lock_ctl().tracing_on)),
             FileId::BufferSizeKb => writeln!(t, "{}", self.buf.size_per_cpu() / 1024),
             FileId::Options => {
@@ -302,6 +312,7 @@ impl State {
         writeln!(t, "atomic_calls_queued: {}", s.ahead_queued.load(Ordering::Relaxed))?;
         writeln!(t, "atomic_arming_pending: {}", self.ahead_pending())?;
         writeln!(t, "functions_armed_ahead: {}", s.armed_ahead.load(Ordering::Relaxed))?;
+        writeln!(t, "functions_disarmed: {}", s.funcs_disarmed.load(Ordering::Relaxed))?;
         writeln!(t, "late_int3_recovered: {}", crate::late_int3::RECOVERED.load(Ordering::Relaxed))?;
         writeln!(t, "irq_roots_missing: {}", s.irq_roots_missing.load(Ordering::Relaxed))?;
         writeln!(t, "lossless_waits: {}", s.lossless_waits.load(Ordering::Relaxed))?;
@@ -330,6 +341,14 @@ impl State {
             FileId::MaxProbes => {
                 let v = parse::parse_range(data, 16, crate::engine::MAX_MAX_PROBES).map_err(errno)?;
                 self.max_probes.store(v, Ordering::Relaxed);
+                Ok(())
+            }
+            FileId::DisarmAfter => {
+                let v = parse::parse_range(data, 0, MAX_DISARM_AFTER_S).map_err(|e| {
+                    self.log(format_args!("disarm_after: seconds from 0 (never) to {}", MAX_DISARM_AFTER_S));
+                    errno(e)
+                })?;
+                self.disarm_after_s.store(v as u32, Ordering::Relaxed);
                 Ok(())
             }
             FileId::TracingOn => {

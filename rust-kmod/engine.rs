@@ -49,6 +49,10 @@ const AHEAD_BUDGET: usize = 256;
 const AHEAD_DEPTH: u8 = 4;
 /// The largest function fctrace decodes.
 const MAX_FUNC_SIZE: u64 = 256 * 1024;
+/// Default `disarm_after`, seconds.
+pub(crate) const DEFAULT_DISARM_AFTER_S: u32 = 30;
+/// How often idle functions are looked for, milliseconds.
+const REAP_PERIOD_MS: u32 = 1000;
 
 /// What the function table says about a function.
 const ST_ARMED: u32 = 1;
@@ -105,6 +109,11 @@ type Site = Probe<SiteData>;
 /// An armed function: its probes.
 pub(crate) struct Func {
     sites: KVec<Site>,
+    /// Its entry in the function table.
+    entry: usize,
+    /// Never disarmed lazily: the start function and interrupt entry functions, whose
+    /// entry hooks open trees.
+    pinned: bool,
 }
 
 /// Which task-lifetime hook a probe is.
@@ -149,6 +158,8 @@ const IRQ_ROOTS: &[(&CStr, Ctx)] = &[
 #[derive(Clone, Copy)]
 struct Frame {
     func: u64,
+    /// The function's index in the table (for its open-frame count), or `NO_ENTRY`.
+    entry: u32,
     entry_sp: u64,
     ts: u64,
     /// The frame ended in a tail call that was not followed: it returns when that callee
@@ -156,7 +167,7 @@ struct Frame {
     ends_in_leaf: bool,
 }
 
-const NO_FRAME: Frame = Frame { func: 0, entry_sp: 0, ts: 0, ends_in_leaf: false };
+const NO_FRAME: Frame = Frame { func: 0, entry: NO_ENTRY, entry_sp: 0, ts: 0, ends_in_leaf: false };
 
 impl TaskData {
     const EMPTY: TaskData = TaskData {
@@ -224,7 +235,14 @@ unsafe impl Sync for IrqSlot {}
 struct Entry {
     key: AtomicU64,
     val: AtomicU32,
+    /// Frames of this function open now (in any task or interrupt tree).
+    open: AtomicU32,
+    /// When a traced task last entered it (or it was armed), `fctrace_clock()` ns.
+    last: AtomicU64,
 }
+
+/// `Frame::entry` of a frame whose function has no table entry.
+const NO_ENTRY: u32 = u32::MAX;
 
 /// Event counters shown in `stats`.
 pub(crate) struct Stats {
@@ -243,6 +261,8 @@ pub(crate) struct Stats {
     pub(crate) irq_roots_missing: AtomicU64,
     /// `lossless` option: times a traced task waited for the reader.
     pub(crate) lossless_waits: AtomicU64,
+    /// Functions disarmed lazily (idle, or to make room under `max_probes`).
+    pub(crate) funcs_disarmed: AtomicU64,
 }
 
 /// Everything fctrace has.
@@ -263,6 +283,8 @@ pub(crate) struct State {
     /// Bound on `stats.probes_armed`: a function whose probes would exceed it is refused
     /// (shown as `not followed: arming failed`).
     pub(crate) max_probes: AtomicU64,
+    /// Seconds after which an idle armed function is disarmed (0 = never).
+    pub(crate) disarm_after_s: AtomicU32,
     pub(crate) opt_follow_forks: AtomicBool,
     pub(crate) opt_retval: AtomicBool,
     pub(crate) opt_duration: AtomicBool,
@@ -296,7 +318,10 @@ impl StateHandle {
     pub(crate) fn new() -> Result<Self> {
         let mut table = KVVec::with_capacity(TABLE_CAP, GFP_KERNEL)?;
         for _ in 0..TABLE_CAP {
-            table.push(Entry { key: AtomicU64::new(0), val: AtomicU32::new(0) }, GFP_KERNEL)?;
+            table.push(
+                Entry { key: AtomicU64::new(0), val: AtomicU32::new(0), open: AtomicU32::new(0), last: AtomicU64::new(0) },
+                GFP_KERNEL,
+            )?;
         }
         let mut tasks = KVVec::with_capacity(MAX_TASKS, GFP_KERNEL)?;
         for _ in 0..MAX_TASKS {
@@ -318,6 +343,7 @@ impl StateHandle {
                 active: AtomicBool::new(false),
                 max_depth: AtomicU32::new(0),
                 max_probes: AtomicU64::new(DEFAULT_MAX_PROBES),
+                disarm_after_s: AtomicU32::new(DEFAULT_DISARM_AFTER_S),
                 opt_follow_forks: AtomicBool::new(false),
                 opt_retval: AtomicBool::new(false),
                 opt_duration: AtomicBool::new(true),
@@ -346,6 +372,7 @@ impl StateHandle {
                     sites_unprobeable: AtomicU64::new(0),
                     irq_roots_missing: AtomicU64::new(0),
                     lossless_waits: AtomicU64::new(0),
+                    funcs_disarmed: AtomicU64::new(0),
                 },
             }),
             GFP_KERNEL,
@@ -647,6 +674,7 @@ impl State {
                 break;
             }
             d.depth -= 1;
+            self.leave(f.entry);
             let reason = if exiting {
                 Reason::Exit
             } else if f.entry_sp == sp || f.ends_in_leaf {
@@ -684,6 +712,7 @@ impl State {
                 break;
             }
             d.depth -= 1;
+            self.leave(f.entry);
             let reason = if f.ends_in_leaf { Reason::None } else { Reason::Unwound };
             let mut r = self.emit(cur, Kind::Ret, d.depth, reason, F_DURATION, f.func, 0);
             r.dur = now.saturating_sub(f.ts);
@@ -701,19 +730,41 @@ impl State {
     }
 
     fn lookup(&self, func: u64) -> u32 {
+        self.find(func).map_or(0, |i| self.table[i].val.load(Ordering::Acquire))
+    }
+
+    /// The table index of `func`, if it has an entry.
+    fn find(&self, func: u64) -> Option<usize> {
         let mut i = (func >> 4) as usize % TABLE_CAP;
         for _ in 0..TABLE_CAP {
-            let e = &self.table[i];
-            let k = e.key.load(Ordering::Acquire);
+            let k = self.table[i].key.load(Ordering::Acquire);
             if k == func {
-                return e.val.load(Ordering::Acquire);
+                return Some(i);
             }
             if k == 0 {
-                return 0;
+                return None;
             }
             i = (i + 1) % TABLE_CAP;
         }
-        0
+        None
+    }
+
+    /// A frame of `func` opens: counts it and notes the time (for lazy disarming).
+    fn enter(&self, func: u64) -> u32 {
+        let Some(i) = self.find(func) else { return NO_ENTRY };
+        let e = &self.table[i];
+        e.open.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: trivial C accessor.
+        e.last.store(unsafe { bindings::fctrace_clock() }, Ordering::Relaxed);
+        i as u32
+    }
+
+    /// A frame opened by [`State::enter`] closes.
+    fn leave(&self, entry: u32) {
+        if let Some(e) = self.table.get(entry as usize) {
+            // Never below zero (a table reset may have cleared the count meanwhile).
+            let _ = e.open.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
     }
 
     /// Records `func`'s state. Called with `ctl` held (single writer).
@@ -856,6 +907,7 @@ impl State {
                 let r = self.emit(&cur, Kind::Call, shown_depth, Reason::None, flags, target, site.addr);
                 d.frames[d.depth] = Frame {
                     func: target,
+                    entry: self.enter(target),
                     entry_sp: if tail { sp } else { sp - 8 },
                     ts: r.ts,
                     ends_in_leaf: false,
@@ -998,7 +1050,7 @@ impl State {
         }
         let func = self.root_addr();
         let r = self.emit(&cur, Kind::Call, 0, Reason::None, 0, func, 0);
-        d.frames[0] = Frame { func, entry_sp: sp, ts: r.ts, ends_in_leaf: false };
+        d.frames[0] = Frame { func, entry: self.enter(func), entry_sp: sp, ts: r.ts, ends_in_leaf: false };
         d.depth = 1;
         d.suppress_below = 0;
         d.last_redirect = 0;
@@ -1026,7 +1078,7 @@ impl State {
             return 0;
         }
         let r = self.emit(&cur, Kind::Call, 0, Reason::None, 0, func, 0);
-        d.frames[0] = Frame { func, entry_sp: sp, ts: r.ts, ends_in_leaf: false };
+        d.frames[0] = Frame { func, entry: self.enter(func), entry_sp: sp, ts: r.ts, ends_in_leaf: false };
         d.depth = 1;
         d.suppress_below = 0;
         d.last_redirect = 0;
@@ -1071,7 +1123,7 @@ impl State {
             ST_ARMED => {
                 d.last_redirect = 0;
                 let r = self.emit(&cur, Kind::Call, 0, Reason::None, 0, target, hook_addr);
-                d.frames[0] = Frame { func: target, entry_sp: sp, ts: r.ts, ends_in_leaf: false };
+                d.frames[0] = Frame { func: target, entry: self.enter(target), entry_sp: sp, ts: r.ts, ends_in_leaf: false };
                 d.depth = 1;
                 d.suppress_below = 0;
                 self.write(&r);
@@ -1225,6 +1277,16 @@ impl State {
         if !self.insert(target, st) {
             return ST_LEAF | ((Reason::ArmFailed as u32) << 8);
         }
+        if st == ST_ARMED {
+            // `try_arm` pushed the function last; it has its entry now.
+            let entry = self.find(target);
+            if let (Some(f), Some(i)) = (ctl.funcs.last_mut(), entry) {
+                f.entry = i;
+                f.pinned = root;
+                // SAFETY: trivial C accessor.
+                self.table[i].last.store(unsafe { bindings::fctrace_clock() }, Ordering::Relaxed);
+            }
+        }
         st
     }
 
@@ -1257,7 +1319,7 @@ impl State {
         if info.size == 0 || info.size > MAX_FUNC_SIZE {
             return Err(Reason::Unprobeable);
         }
-        let func = self.build_func(target, info.size)?;
+        let func = self.build_func(ctl, target, info.size)?;
         let registered = func.sites.iter().filter(|s| s.is_registered()).count();
         self.stats.probes_armed.fetch_add(registered as u64, Ordering::Relaxed);
         self.stats.funcs_armed.fetch_add(1, Ordering::Relaxed);
@@ -1266,7 +1328,7 @@ impl State {
     }
 
     /// Decodes the live code of the function at `start` and registers its probes.
-    fn build_func(&self, start: u64, size: u64) -> core::result::Result<Func, Reason> {
+    fn build_func(&self, ctl: &mut Control, start: u64, size: u64) -> core::result::Result<Func, Reason> {
         let mut code = KVVec::from_elem(0u8, size as usize, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
         let mut scratch = KVec::with_capacity(crate::control::KSYM_SYMBOL_LEN, GFP_KERNEL)
             .map_err(|_| Reason::ArmFailed)?;
@@ -1332,15 +1394,21 @@ impl State {
                 return Err(Reason::Unprobeable);
             }
             if pass == 0 {
-                if self.stats.probes_armed.load(Ordering::Relaxed) + n as u64 > self.max_probes.load(Ordering::Relaxed) {
-                    return Err(Reason::ArmFailed);
+                let max = self.max_probes.load(Ordering::Relaxed);
+                let after = self.stats.probes_armed.load(Ordering::Relaxed) + n as u64;
+                if after > max {
+                    // Make room: disarm the least recently entered idle functions.
+                    self.reap(ctl, 0, after - max);
+                    if self.stats.probes_armed.load(Ordering::Relaxed) + n as u64 > max {
+                        return Err(Reason::ArmFailed);
+                    }
                 }
                 sites = KVec::with_capacity(n, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
             }
         }
         // Register. A return that cannot be probed would leave frames open: refuse the
         // whole function then. A call site that cannot be probed is counted.
-        let mut func = Func { sites };
+        let mut func = Func { sites, entry: 0, pinned: false };
         let mut ret_failed = false;
         for s in func.sites.iter_mut() {
             let is_ret = matches!(s.data.kind, SiteKind::Ret);
@@ -1429,6 +1497,8 @@ impl State {
         if self.opt_irqs.load(Ordering::Relaxed) {
             self.add_irq_roots(ctl);
         }
+        // SAFETY: trivial C wrapper around `schedule_delayed_work()`.
+        unsafe { bindings::fctrace_schedule_reap(REAP_PERIOD_MS) };
         Ok(())
     }
 
@@ -1482,6 +1552,8 @@ impl State {
         for e in self.table.iter() {
             e.key.store(0, Ordering::Relaxed);
             e.val.store(0, Ordering::Relaxed);
+            e.open.store(0, Ordering::Relaxed);
+            e.last.store(0, Ordering::Relaxed);
         }
         self.table_used.store(0, Ordering::Relaxed);
         for w in &self.wanted {
@@ -1489,6 +1561,103 @@ impl State {
         }
         self.stats.probes_armed.store(0, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Lazy disarming. Removes the probes of functions that no traced task or interrupt
+    /// is inside (no open frame) and that were last entered before `older_than` (clock
+    /// ns); and, while fewer than `need` probes were freed, of the least recently entered
+    /// other such functions (room under `max_probes`). The start function and interrupt
+    /// entries stay. A disarmed function keeps its table entry with state 0, so its next
+    /// call arms it again. Called with `ctl` held; sleeps. Returns the number disarmed.
+    fn reap(&self, ctl: &mut Control, older_than: u64, need: u64) -> usize {
+        let mut cand: KVec<(u64, usize)> = KVec::new();
+        for (i, f) in ctl.funcs.iter().enumerate() {
+            let Some(e) = self.table.get(f.entry) else { continue };
+            if f.pinned || e.open.load(Ordering::Acquire) != 0 || e.val.load(Ordering::Acquire) != ST_ARMED {
+                continue;
+            }
+            if cand.push((e.last.load(Ordering::Relaxed), i), GFP_KERNEL).is_err() {
+                return 0;
+            }
+        }
+        cand.sort_unstable();
+        let Ok(mut dead) = KVec::from_elem(false, ctl.funcs.len(), GFP_KERNEL) else { return 0 };
+        let mut chosen = 0usize;
+        let mut freed = 0u64;
+        for &(last, i) in cand.iter() {
+            if last >= older_than && freed >= need {
+                break;
+            }
+            let Some(f) = ctl.funcs.get(i) else { continue };
+            freed += f.sites.iter().filter(|s| s.is_registered()).count() as u64;
+            dead[i] = true;
+            chosen += 1;
+        }
+        if chosen == 0 {
+            return 0;
+        }
+        // New calls of these functions now go the arming path, which waits for `ctl`.
+        // Handlers that saw them armed have opened their frames once this returns.
+        for (f, _) in ctl.funcs.iter().zip(dead.iter()).filter(|(_, d)| **d) {
+            self.table[f.entry].val.store(0, Ordering::Release);
+        }
+        // SAFETY: may sleep; we are in process context holding only `ctl`.
+        unsafe { bindings::fctrace_synchronize_handlers() };
+        for (f, d) in ctl.funcs.iter().zip(dead.iter_mut()).filter(|(_, d)| **d) {
+            let e = &self.table[f.entry];
+            if e.open.load(Ordering::Acquire) != 0 {
+                // A task got in meanwhile: keep it.
+                e.val.store(ST_ARMED, Ordering::Release);
+                *d = false;
+            }
+        }
+        let old = core::mem::take(&mut ctl.funcs);
+        let (Ok(mut keep), Ok(mut gone)) = (KVec::with_capacity(old.len(), GFP_KERNEL), KVec::with_capacity(chosen, GFP_KERNEL))
+        else {
+            for (f, _) in old.iter().zip(dead.iter()).filter(|(_, d)| **d) {
+                self.table[f.entry].val.store(ST_ARMED, Ordering::Release);
+            }
+            ctl.funcs = old;
+            return 0;
+        };
+        for (f, d) in old.into_iter().zip(dead.iter()) {
+            // Within capacity: these pushes do not fail (a failure would drop the function,
+            // which unregisters its probes: still consistent).
+            let _ = if *d { gone.push(f, GFP_KERNEL) } else { keep.push(f, GFP_KERNEL) };
+        }
+        ctl.funcs = keep;
+        let mut unregistered = 0u64;
+        {
+            let mut batch = Batch::new();
+            for f in gone.iter_mut() {
+                for s in f.sites.iter_mut() {
+                    unregistered += u64::from(s.is_registered());
+                    // SAFETY: sites are never moved once their vector is filled.
+                    batch.add(unsafe { Pin::new_unchecked(s) });
+                }
+            }
+            // Dropping the batch unregisters them all at once.
+        }
+        let _ = self.stats.probes_armed.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(unregistered)));
+        self.stats.funcs_disarmed.fetch_add(gone.len() as u64, Ordering::Relaxed);
+        gone.len()
+    }
+
+    /// The periodic lazy-disarming pass (a delayed work item, every `REAP_PERIOD_MS`
+    /// while tracing).
+    fn reap_idle(&self) {
+        let after = u64::from(self.disarm_after_s.load(Ordering::Relaxed));
+        let mut ctl = self.lock_ctl();
+        if !self.active.load(Ordering::Acquire) {
+            return;
+        }
+        if after != 0 {
+            // SAFETY: trivial C accessor.
+            let now = unsafe { bindings::fctrace_clock() };
+            self.reap(&mut ctl, now.saturating_sub(after * 1_000_000_000), 0);
+        }
+        // SAFETY: trivial C wrapper around `schedule_delayed_work()`.
+        unsafe { bindings::fctrace_schedule_reap(REAP_PERIOD_MS) };
     }
 
     /// Number of armed functions (for `stats`).
@@ -1668,4 +1837,12 @@ pub(crate) extern "C" fn fctrace_sync_work() {
         return;
     }
     st.arm_ahead(&mut ctl);
+}
+
+/// Called from the module's delayed work item: lazy disarming of idle functions.
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_reap_work() {
+    if let Some(st) = state() {
+        st.reap_idle();
+    }
 }

@@ -180,10 +180,29 @@ void fctrace_schedule_sync(void)
 	irq_work_queue(&fctrace_kick_work);
 }
 
+static void fctrace_reap_fn(struct work_struct *work)
+{
+	fctrace_reap_work();
+}
+
+static DECLARE_DELAYED_WORK(fctrace_reap_dwork, fctrace_reap_fn);
+
+void fctrace_schedule_reap(unsigned int ms)
+{
+	schedule_delayed_work(&fctrace_reap_dwork, msecs_to_jiffies(ms));
+}
+
 void fctrace_cancel_sync(void)
 {
 	irq_work_sync(&fctrace_kick_work);
 	cancel_work_sync(&fctrace_work);
+	cancel_delayed_work_sync(&fctrace_reap_dwork);
+}
+
+void fctrace_synchronize_handlers(void)
+{
+	/* Probe handlers run with interrupts off: an RCU read side. */
+	synchronize_rcu();
 }
 
 extern char fctrace_trampoline[];

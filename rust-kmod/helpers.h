@@ -44,6 +44,10 @@ int fctrace_mountpoint_create(void);
 void fctrace_mountpoint_remove(void);
 void fctrace_schedule_sync(void);
 void fctrace_cancel_sync(void);
+/* Runs fctrace_reap_work() in ms milliseconds (lazy disarming). */
+void fctrace_schedule_reap(unsigned int ms);
+/* Waits until every probe handler running now has returned. May sleep. */
+void fctrace_synchronize_handlers(void);
 unsigned long fctrace_trampoline_addr(void);
 unsigned long fctrace_kprobe_flag_ftrace(void);
 
@@ -64,6 +68,7 @@ void fctrace_throttle_wake(void);
 /* Implemented in Rust. */
 bool fctrace_readable(void);
 void fctrace_sync_work(void);
+void fctrace_reap_work(void);
 void fctrace_arm_pending(void);
 
 #endif
