@@ -349,6 +349,7 @@ impl State {
                     errno(e)
                 })?;
                 self.disarm_after_s.store(v as u32, Ordering::Relaxed);
+                self.schedule_reap();
                 Ok(())
             }
             FileId::TracingOn => {

@@ -51,8 +51,10 @@ const AHEAD_DEPTH: u8 = 4;
 const MAX_FUNC_SIZE: u64 = 256 * 1024;
 /// Default `disarm_after`, seconds.
 pub(crate) const DEFAULT_DISARM_AFTER_S: u32 = 30;
-/// How often idle functions are looked for, milliseconds.
-const REAP_PERIOD_MS: u32 = 1000;
+/// How often idle functions are looked for: a quarter of `disarm_after`, between these
+/// bounds (milliseconds).
+const REAP_PERIOD_MIN_MS: u32 = 1000;
+const REAP_PERIOD_MAX_MS: u32 = 10_000;
 
 /// What the function table says about a function.
 const ST_ARMED: u32 = 1;
@@ -1497,8 +1499,7 @@ impl State {
         if self.opt_irqs.load(Ordering::Relaxed) {
             self.add_irq_roots(ctl);
         }
-        // SAFETY: trivial C wrapper around `schedule_delayed_work()`.
-        unsafe { bindings::fctrace_schedule_reap(REAP_PERIOD_MS) };
+        self.schedule_reap();
         Ok(())
     }
 
@@ -1656,8 +1657,19 @@ impl State {
             let now = unsafe { bindings::fctrace_clock() };
             self.reap(&mut ctl, now.saturating_sub(after * 1_000_000_000), 0);
         }
-        // SAFETY: trivial C wrapper around `schedule_delayed_work()`.
-        unsafe { bindings::fctrace_schedule_reap(REAP_PERIOD_MS) };
+        self.schedule_reap();
+    }
+
+    /// Queues the next lazy-disarming pass, unless `disarm_after` is 0 (writing it
+    /// queues one) or tracing is off (activation queues one).
+    pub(crate) fn schedule_reap(&self) {
+        let after_ms = self.disarm_after_s.load(Ordering::Relaxed).saturating_mul(1000);
+        if after_ms == 0 || !self.active.load(Ordering::Acquire) {
+            return;
+        }
+        let period = (after_ms / 4).clamp(REAP_PERIOD_MIN_MS, REAP_PERIOD_MAX_MS);
+        // SAFETY: trivial C wrapper around `schedule_delayed_work()` (a no-op if queued).
+        unsafe { bindings::fctrace_schedule_reap(period) };
     }
 
     /// Number of armed functions (for `stats`).

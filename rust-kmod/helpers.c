@@ -185,7 +185,8 @@ static void fctrace_reap_fn(struct work_struct *work)
 	fctrace_reap_work();
 }
 
-static DECLARE_DELAYED_WORK(fctrace_reap_dwork, fctrace_reap_fn);
+/* Deferrable: the periodic pass does not wake an idle CPU. */
+static DECLARE_DEFERRABLE_WORK(fctrace_reap_dwork, fctrace_reap_fn);
 
 void fctrace_schedule_reap(unsigned int ms)
 {
