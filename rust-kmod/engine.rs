@@ -1359,14 +1359,14 @@ impl State {
                     return;
                 }
                 let kind = match insn.flow {
-                    Flow::Call(t) => Some(SiteKind::Call(classify_direct(t, &mut scratch))),
+                    Flow::Call(t) => classify_direct(t, &mut scratch).map(SiteKind::Call),
                     Flow::CallReg(r) => Some(SiteKind::Call(Target::Reg(r))),
                     Flow::CallMem(m) => Some(SiteKind::Call(Target::Mem(m))),
                     Flow::Jmp(t) if t < start || t >= end => {
                         if is_return_thunk(t, &mut scratch) {
                             Some(SiteKind::Ret)
                         } else {
-                            Some(SiteKind::Tail(classify_direct(t, &mut scratch)))
+                            classify_direct(t, &mut scratch).map(SiteKind::Tail)
                         }
                     }
                     Flow::JmpReg(r) => Some(SiteKind::Tail(Target::Reg(r))),
@@ -1716,15 +1716,20 @@ fn insn_is_padding(code: &[u8], off: u32) -> bool {
 }
 
 /// Resolved once: retpoline thunks are register-indirect calls, the return thunk a return.
-fn classify_direct(t: u64, scratch: &mut KVec<u8>) -> Target {
-    match thunk_register(t, scratch) {
+/// What a direct call or jump to `t` is: a retpoline thunk (really through a register),
+/// a call to instrumentation (`None`: not probed, not shown), or a plain direct call.
+fn classify_direct(t: u64, scratch: &mut KVec<u8>) -> Option<Target> {
+    let Some(info) = crate::control::symbolize(t, scratch) else { return Some(Target::Direct(t)) };
+    if info.offset == 0 && INSTRUMENTATION.iter().any(|p| parse::glob_match(p, info.name.as_bytes())) {
+        return None;
+    }
+    Some(match thunk_register(info.name) {
         Some(r) => Target::Reg(r),
         None => Target::Direct(t),
-    }
+    })
 }
 
-fn thunk_register(t: u64, scratch: &mut KVec<u8>) -> Option<u8> {
-    let name = crate::control::symbolize(t, scratch)?.name;
+fn thunk_register(name: &str) -> Option<u8> {
     let reg = name.strip_prefix("__x86_indirect_thunk_")?;
     const NAMES: [&str; 16] =
         ["rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"];
@@ -1734,6 +1739,42 @@ fn thunk_register(t: u64, scratch: &mut KVec<u8>) -> Option<u8> {
 fn is_return_thunk(t: u64, scratch: &mut KVec<u8>) -> bool {
     crate::control::symbolize(t, scratch).is_some_and(|i| i.name == "__x86_return_thunk")
 }
+
+/// Instrumentation that debug kernels call from every lock operation, memory access and
+/// might-sleep point (KASAN, lockdep, DEBUG_PREEMPT, DEBUG_ATOMIC_SLEEP, KCOV): direct
+/// calls to these are not probed and not shown. function_graph does not show them
+/// either (they are `notrace`/`noinstr` or lockdep annotations); probing them would put
+/// a breakpoint on every memory access of every armed function, for every task.
+const INSTRUMENTATION: &[&[u8]] = &[
+    b"__asan_*",
+    b"__kasan_*",
+    b"kasan_*",
+    b"__sanitizer_cov_*",
+    b"__tsan_*",
+    b"kcsan_*",
+    b"lock_acquire*",
+    b"lock_release",
+    b"lock_acquired",
+    b"lock_contended",
+    b"lock_is_held_type",
+    b"lock_sync",
+    b"lockdep_*",
+    b"__lockdep_*",
+    b"fs_reclaim_acquire",
+    b"fs_reclaim_release",
+    b"__might_sleep",
+    b"__might_resched",
+    b"__might_fault",
+    b"debug_smp_processor_id",
+    b"__this_cpu_preempt_check",
+    b"check_preemption_disabled",
+    b"preempt_count_add",
+    b"preempt_count_sub",
+    b"trace_hardirqs_on*",
+    b"trace_hardirqs_off*",
+    b"rcu_read_lock_*held*",
+    b"debug_lockdep_rcu_enabled",
+];
 
 /// Functions fctrace never arms: its own probe path (the ring buffer, the clock, kprobes,
 /// code patching) and code that runs with the locks arming needs.
@@ -1792,7 +1833,8 @@ const DENIED: &[&[u8]] = &[
 ];
 
 fn is_denied(name: &[u8]) -> bool {
-    DENIED.iter().any(|p| parse::glob_match(p, name))
+    let any = |list: &[&[u8]]| list.iter().any(|p| parse::glob_match(p, name));
+    any(DENIED) || any(INSTRUMENTATION)
 }
 
 /// # Safety
