@@ -7,6 +7,8 @@
 #include <linux/kobject.h>
 #include <linux/irq_work.h>
 #include <linux/kprobes.h>
+#include <linux/mm_types.h>
+#include <linux/rwsem.h>
 #include <linux/poll.h>
 #include <linux/wait.h>
 #include <linux/module.h>
@@ -61,10 +63,18 @@ int fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool irqs,
 	 */
 	if (regs->sp - (unsigned long)task_stack_page(current) >= THREAD_SIZE)
 		return irqs ? FCTRACE_CTX_SOFTIRQ : FCTRACE_CTX_NONE;
+	/*
+	 * Arming takes kprobe_mutex, and kprobe_mutex -> ftrace_lock -> mmap_lock is a
+	 * chain the kernel has (ftrace control files fault on user memory under
+	 * ftrace_lock): a task holding its mm's mmap_lock must not arm synchronously
+	 * (lockdep reports it; it is a real deadlock if a thread of the same process
+	 * writes an ftrace file meanwhile). Checked conservatively: held by anyone.
+	 */
 	*sleepable = !(pc & (PREEMPT_MASK | SOFTIRQ_MASK)) &&
 		     (regs->flags & X86_EFLAGS_IF) &&
 		     !rcu_preempt_depth() && !pagefault_disabled() &&
-		     !(current->flags & (PF_EXITING | PF_MEMALLOC));
+		     !(current->flags & (PF_EXITING | PF_MEMALLOC)) &&
+		     !(current->mm && rwsem_is_locked(&current->mm->mmap_lock));
 	return FCTRACE_CTX_TASK;
 }
 
