@@ -21,6 +21,8 @@ pub fn cmd(mut args: Args) -> Result<i32> {
     // The debug kernel (KASAN + lockdep, emulated) runs the same tests about
     // 8x slower: scale the per-test and whole-run timeouts unless given.
     let per_test = if debug { 1200 } else { 120 };
+    // Tells the oracle tests to run fctrace alone (see selftests/test.d/functions).
+    let debug_env = if debug { "export FCTRACE_DEBUG_KERNEL=1\n" } else { "" };
     if debug && opts.timeout == std::time::Duration::from_secs(vm::DEFAULT_TIMEOUT) {
         opts.timeout = std::time::Duration::from_secs(vm::DEFAULT_TIMEOUT * 8);
     }
@@ -56,7 +58,7 @@ pub fn cmd(mut args: Args) -> Result<i32> {
     };
     write!(
         script,
-        "#!/bin/sh\ncd /selftests || exit 1\nexport FCTRACE_TEST_TIMEOUT={per_test}\nexec sh ./fctracetest{arg}\n"
+        "#!/bin/sh\ncd /selftests || exit 1\nexport FCTRACE_TEST_TIMEOUT={per_test}\n{debug_env}exec sh ./fctracetest{arg}\n"
     )?;
     script.flush()?;
     let (kdir, initrd) = vm::prepare(true, Some(script.path()))?;
