@@ -1351,7 +1351,11 @@ impl State {
             let res = decode::scan(&code, start, |off, insn| {
                 let addr = start + u64::from(off);
                 let terminal_before = prev_terminal;
-                prev_terminal = matches!(insn.flow, Flow::Ret | Flow::Jmp(_) | Flow::JmpReg(_) | Flow::JmpMem(_) | Flow::Ud);
+                // Nothing falls through into the int3 after an unconditional jump or a
+                // return: a run of them is padding (the kernel fills what alternatives
+                // patching freed after a shortened jump with int3).
+                prev_terminal = matches!(insn.flow, Flow::Ret | Flow::Jmp(_) | Flow::JmpReg(_) | Flow::JmpMem(_) | Flow::Ud)
+                    || (terminal_before && matches!(insn.flow, Flow::Int3));
                 // The ftrace site: the 5-byte nop (or call, while ftrace uses it) that
                 // opens the function, after `endbr64` if any.
                 let fentry_off = fentry_offset(&code) as u32;
