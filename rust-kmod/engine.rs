@@ -133,6 +133,30 @@ pub(crate) enum Hook {
     /// The entry of an interrupt handler (`irqs` option): opens an interrupt's tree when
     /// a traced task is current. With the function's start address.
     IrqRoot(Ctx, u64),
+    /// The body of `__schedule()`: a traced task preempted at a `preempt_enable()`, inside
+    /// a preemption thunk (see [`PREEMPT_THUNKS`]), enters the scheduler.
+    Preempt,
+}
+
+/// Preemption at `preempt_enable()`: the call goes to `preempt_schedule_thunk` (or its
+/// `_notrace` twin), which kprobes refuses, and from there through `preempt_schedule()`
+/// (also refused) to `__schedule()`. A call to a thunk opens a frame (closed, without a
+/// value, when the task is seen above it again), and the [`Hook::Preempt`] probe on
+/// `__schedule()` opens a frame for the scheduler inside it, so the calls the scheduler
+/// makes for the task are followed as for `schedule()`. 0 = not found (no hook).
+static PREEMPT_THUNKS: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+/// `__schedule()`.
+static SCHED_ADDR: AtomicU64 = AtomicU64::new(0);
+/// Where the [`Hook::Preempt`] int3 probe is, and the byte it replaced: arming
+/// `__schedule()` decodes its code with that byte put back.
+static PREEMPT_HOOK: AtomicU64 = AtomicU64::new(0);
+static PREEMPT_HOOK_BYTE: AtomicU64 = AtomicU64::new(0);
+/// `preempt_schedule_irq()`, start and end: an interrupt's return can preempt the task
+/// in a thunk before it disables preemption; that `__schedule()` is not the thunk's.
+static SCHED_IRQ: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+
+fn is_preempt_thunk(f: u64) -> bool {
+    f != 0 && PREEMPT_THUNKS.iter().any(|t| t.load(Ordering::Relaxed) == f)
 }
 
 /// The context a probe hit runs in, for a traced task that is current.
@@ -923,6 +947,22 @@ impl State {
                 self.suppress(d, sp, tail);
                 0
             }
+            ST_LEAF
+                if !tail
+                    && (st >> 8) as u8 == Reason::Unprobeable as u8
+                    && is_preempt_thunk(target)
+                    && SCHED_ADDR.load(Ordering::Relaxed) != 0 =>
+            {
+                // A preemption point: its frame holds what `Hook::Preempt` sees of the
+                // scheduler. The thunk's return is not probed, so the frame closes, as
+                // expected, when the task is next seen above it.
+                d.last_redirect = 0;
+                let r = self.emit(&cur, Kind::Call, shown_depth, Reason::None, flags, target, site.addr);
+                d.frames[d.depth] = Frame { func: target, entry: NO_ENTRY, entry_sp: sp - 8, ts: r.ts, ends_in_leaf: true };
+                d.depth += 1;
+                self.write(&r);
+                0
+            }
             ST_LEAF => {
                 d.last_redirect = 0;
                 self.leaf(&cur, d, Reason::from_u8((st >> 8) as u8), flags, target, site.addr, sp, tail);
@@ -1159,6 +1199,54 @@ impl State {
         }
     }
 
+    /// `__schedule()` entry: if the traced task is inside a preemption thunk (its innermost
+    /// frame), the scheduler runs for it there: open its frame, so its call sites count.
+    /// Other entries (`schedule()`, whose call fctrace already drew; an interrupt's return
+    /// through `preempt_schedule_irq()`; other tasks) are ignored.
+    fn on_preempt(&self, p: *mut bindings::kprobe, regs: &mut bindings::pt_regs) -> c_int {
+        let Some(cur) = self.current(regs, Probe::<Hook>::is_ftrace_based(p)) else { return 0 };
+        let Some(slot) = self.slot(cur.pid) else { return 0 };
+        // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
+        let d = unsafe { self.data(&slot.data) };
+        let max = self.max_depth.load(Ordering::Relaxed) as usize;
+        if d.guard || d.depth == 0 || d.depth >= MAX_FRAMES || (max != 0 && d.depth >= max) {
+            return 0;
+        }
+        let sp = regs.sp as u64;
+        if d.suppress_below != 0 && sp < d.suppress_below {
+            return 0;
+        }
+        let top = d.frames[d.depth - 1];
+        if !is_preempt_thunk(top.func) || sp >= top.entry_sp {
+            return 0;
+        }
+        // The return address says who called `__schedule()`.
+        let ret = read_word(sp).unwrap_or(0);
+        if ret >= SCHED_IRQ[0].load(Ordering::Relaxed) && ret < SCHED_IRQ[1].load(Ordering::Relaxed) {
+            return 0;
+        }
+        let func = SCHED_ADDR.load(Ordering::Relaxed);
+        // SAFETY: reading our own kprobe's address.
+        let site = unsafe { (*p).addr } as u64;
+        d.last_redirect = 0;
+        match self.lookup(func) & 0xff {
+            ST_ARMED => {
+                let r = self.emit(&cur, Kind::Call, d.depth, Reason::None, 0, func, site);
+                d.frames[d.depth] = Frame { func, entry: self.enter(func), entry_sp: sp, ts: r.ts, ends_in_leaf: false };
+                d.depth += 1;
+                self.write(&r);
+            }
+            // Not armed (yet, or any more): the scheduler runs with preemption off, so it
+            // is armed ahead, like any callee first called in atomic context.
+            0 => {
+                self.leaf(&cur, d, Reason::Atomic, 0, func, site, sp + 8, false);
+                self.want(func);
+            }
+            _ => {}
+        }
+        0
+    }
+
     /// Sends the task to the trampoline to arm `target`, then to run the instruction at
     /// `addr` again: pushes `addr` as a return address (the int3 entry leaves a gap below
     /// the interrupted stack for exactly this) and resumes at the trampoline.
@@ -1342,6 +1430,15 @@ impl State {
             return Err(Reason::Unprobeable);
         }
         let end = start + size;
+        // Our own int3 hook in `__schedule()` is not someone else's breakpoint.
+        let hook = PREEMPT_HOOK.load(Ordering::Relaxed);
+        if hook >= start && hook < end && SCHED_ADDR.load(Ordering::Relaxed) != 0 {
+            if let Some(b) = code.get_mut((hook - start) as usize) {
+                if *b == 0xcc {
+                    *b = PREEMPT_HOOK_BYTE.load(Ordering::Relaxed) as u8;
+                }
+            }
+        }
         // First pass: count sites; second: fill.
         let mut sites: KVec<Site> = KVec::new();
         for pass in 0..2 {
@@ -1477,12 +1574,18 @@ impl State {
             }
         }
         let root_hook = if root.is_some() { Hook::Root } else { Hook::Syscall };
-        let hooks: [(Hook, Option<&'static CStr>); 3] =
-            [(root_hook, None), (Hook::Exit, Some(c_str!("do_exit"))), (Hook::Fork, Some(c_str!("wake_up_new_task")))];
-        for (hook, sym) in hooks {
+        let sched_at = resolve_preemption();
+        let hooks: [(Hook, Option<&'static CStr>, u64); 4] = [
+            (root_hook, None, hook_at),
+            (Hook::Exit, Some(c_str!("do_exit")), 0),
+            (Hook::Fork, Some(c_str!("wake_up_new_task")), 0),
+            (Hook::Preempt, None, sched_at),
+        ];
+        for (hook, sym, at) in hooks {
             let p = match sym {
                 Some(s) => Probe::on_symbol(s, hook_handler, hook),
-                None => Probe::at(hook_at, hook_handler, hook),
+                None if at != 0 => Probe::at(at, hook_handler, hook),
+                None => continue,
             };
             let mut b = match KBox::pin(p, GFP_KERNEL) {
                 Ok(b) => b,
@@ -1492,6 +1595,12 @@ impl State {
                 }
             };
             if let Err(e) = b.as_mut().register() {
+                if matches!(hook, Hook::Preempt) {
+                    // Optional: without it, preemption thunks are plain unprobeable leaves.
+                    SCHED_ADDR.store(0, Ordering::Relaxed);
+                    PREEMPT_HOOK.store(0, Ordering::Relaxed);
+                    continue;
+                }
                 self.deactivate(ctl);
                 return Err(e);
             }
@@ -1687,6 +1796,39 @@ static SYSCALL_TABLE: AtomicU64 = AtomicU64::new(0);
 /// Bound for system call numbers read from `%esi` (the table has fewer entries).
 const MAX_SYSCALLS: u64 = 1024;
 
+/// Looks up the preemption path (see [`PREEMPT_THUNKS`]); returns where the
+/// [`Hook::Preempt`] probe goes, or 0 (and no thunk is treated specially) if a part is
+/// missing, e.g. on a kernel without `CONFIG_PREEMPTION`.
+fn resolve_preemption() -> u64 {
+    SCHED_ADDR.store(0, Ordering::Relaxed);
+    PREEMPT_HOOK.store(0, Ordering::Relaxed);
+    let addr = |n: &CStr| crate::control::resolve(n).map(|(a, _)| a).unwrap_or(0);
+    let thunks = [addr(c_str!("preempt_schedule_thunk")), addr(c_str!("preempt_schedule_notrace_thunk"))];
+    let sched = addr(c_str!("__schedule"));
+    let irq = addr(c_str!("preempt_schedule_irq"));
+    let mut buf = KVec::new();
+    let irq_size = crate::control::symbolize(irq, &mut buf).map_or(0, |i| i.size);
+    let at = if sched != 0 { body_start(sched).unwrap_or(0) } else { 0 };
+    if thunks[0] == 0 || at == 0 || irq_size == 0 {
+        return 0;
+    }
+    let mut byte = 0u8;
+    // SAFETY: the source is checked and never faults; `byte` is a local of that size.
+    let r = unsafe { bindings::copy_from_kernel_nofault((&mut byte as *mut u8).cast(), at as *const _, 1) };
+    if r != 0 || byte == 0xcc {
+        return 0;
+    }
+    PREEMPT_HOOK.store(at, Ordering::Relaxed);
+    PREEMPT_HOOK_BYTE.store(u64::from(byte), Ordering::Relaxed);
+    for (t, a) in PREEMPT_THUNKS.iter().zip(thunks) {
+        t.store(a, Ordering::Relaxed);
+    }
+    SCHED_IRQ[0].store(irq, Ordering::Relaxed);
+    SCHED_IRQ[1].store(irq + irq_size, Ordering::Relaxed);
+    SCHED_ADDR.store(sched, Ordering::Relaxed);
+    at
+}
+
 /// The first instruction of a function after `endbr64` and the ftrace site: a probe there
 /// is an int3 probe (not ftrace-based) at the function's entry stack pointer.
 fn body_start(func: u64) -> Option<u64> {
@@ -1870,6 +2012,7 @@ unsafe extern "C" fn hook_handler(p: *mut bindings::kprobe, regs: *mut bindings:
         Hook::Fork => st.on_fork(p, regs),
         Hook::Syscall => st.on_syscall(p, regs),
         Hook::IrqRoot(ctx, func) => st.on_irq_root(p, regs, ctx, func),
+        Hook::Preempt => st.on_preempt(p, regs),
     }
 }
 
