@@ -1978,9 +1978,14 @@ const DENIED: &[&[u8]] = &[
     b"debug_lockdep_rcu_enabled",
 ];
 
+/// Exceptions to [`DENIED`]: function_graph's setup of a new task at fork, which only
+/// allocates the child's return stack (while function_graph is on) and runs in no path of
+/// fctrace's and with no lock arming needs.
+const NOT_DENIED: &[&[u8]] = &[b"ftrace_graph_init_task"];
+
 fn is_denied(name: &[u8]) -> bool {
     let any = |list: &[&[u8]]| list.iter().any(|p| parse::glob_match(p, name));
-    any(DENIED) || any(INSTRUMENTATION)
+    !NOT_DENIED.contains(&name) && (any(DENIED) || any(INSTRUMENTATION))
 }
 
 /// # Safety
