@@ -47,6 +47,8 @@ const AHEAD_BUDGET: usize = 256;
 /// How many levels of direct callees are armed ahead below a function first called in
 /// atomic context. Deeper calls are learned the same way on later runs.
 const AHEAD_DEPTH: u8 = 4;
+/// The most functions one round of arming ahead looks at (armed ones included).
+const AHEAD_WALK: usize = 4096;
 /// The largest function fctrace decodes.
 const MAX_FUNC_SIZE: u64 = 256 * 1024;
 /// Default `disarm_after`, seconds.
@@ -1048,26 +1050,40 @@ impl State {
             if armed >= AHEAD_BUDGET || !self.active.load(Ordering::Acquire) {
                 break;
             }
-            if self.lookup(t) != 0 {
-                continue;
-            }
-            if self.arm(ctl, t) != ST_ARMED {
-                continue;
-            }
-            armed += 1;
-            self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
+            let f = match self.lookup(t) & 0xff {
+                0 => {
+                    if self.arm(ctl, t) != ST_ARMED {
+                        continue;
+                    }
+                    armed += 1;
+                    self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
+                    // The function just armed is the last one in `ctl.funcs`.
+                    ctl.funcs.last()
+                }
+                // Armed already (through the trampoline, or at the depth limit of an
+                // earlier round): its callees are not, necessarily, and run in the same
+                // atomic context; walk on through it.
+                ST_ARMED if level < AHEAD_DEPTH => {
+                    let e = self.find(t);
+                    ctl.funcs.iter().find(|f| Some(f.entry) == e)
+                }
+                _ => continue,
+            };
             if level >= AHEAD_DEPTH {
                 continue;
             }
-            // The function just armed is the last one in `ctl.funcs`.
-            let Some(f) = ctl.funcs.last() else { continue };
+            let Some(f) = f else { continue };
             for s in f.sites.iter() {
                 let callee = match s.data.kind {
                     SiteKind::Call(Target::Direct(c)) | SiteKind::Tail(Target::Direct(c)) => c,
                     SiteKind::TailIf(c, _) => c,
                     _ => continue,
                 };
-                if self.lookup(callee) == 0 && todo.push((callee, level + 1), GFP_KERNEL).is_err() {
+                let st = self.lookup(callee) & 0xff;
+                if (st != 0 && st != ST_ARMED) || todo.iter().any(|&(c, _)| c == callee) {
+                    continue;
+                }
+                if todo.len() >= AHEAD_WALK || todo.push((callee, level + 1), GFP_KERNEL).is_err() {
                     return;
                 }
             }
