@@ -686,6 +686,18 @@ impl State {
         }
     }
 
+    /// Records a call of `func` from `site` and opens its frame (entered at `entry_sp`) at
+    /// the current depth. A `thunk` frame (a preemption thunk) has no return probe: it is
+    /// expected to close unseen, and is not counted as a frame of an armed function.
+    #[allow(clippy::too_many_arguments)] // A frame's fields plus the record's.
+    fn open_frame(&self, cur: &Cur, d: &mut TaskData, func: u64, site: u64, flags: u8, entry_sp: u64, thunk: bool) {
+        let r = self.emit(cur, Kind::Call, d.depth, Reason::None, flags, func, site);
+        let entry = if thunk { NO_ENTRY } else { self.enter(func) };
+        d.frames[d.depth] = Frame { func, entry, entry_sp, ts: r.ts, ends_in_leaf: thunk };
+        d.depth += 1;
+        self.write(&r);
+    }
+
     /// Closes every frame with `entry_sp <= sp`; `exact` frames (`entry_sp == sp`) are the
     /// ones returning now, the others returned unseen.
     fn close_frames(&self, cur: &Cur, d: &mut TaskData, sp: u64, site: u64, retval: u64, exiting: bool) {
@@ -921,9 +933,8 @@ impl State {
             self.leaf(&cur, d, Reason::IndirectUnknown, flags, 0, site.addr, sp, tail);
             return 0;
         };
-        let shown_depth = d.depth;
         let max = self.max_depth.load(Ordering::Relaxed) as usize;
-        if (max != 0 && shown_depth >= max) || d.depth >= MAX_FRAMES {
+        if (max != 0 && d.depth >= max) || d.depth >= MAX_FRAMES {
             d.last_redirect = 0;
             self.leaf(&cur, d, Reason::Depth, flags, target, site.addr, sp, tail);
             return 0;
@@ -932,16 +943,7 @@ impl State {
         match st & 0xff {
             ST_ARMED => {
                 d.last_redirect = 0;
-                let r = self.emit(&cur, Kind::Call, shown_depth, Reason::None, flags, target, site.addr);
-                d.frames[d.depth] = Frame {
-                    func: target,
-                    entry: self.enter(target),
-                    entry_sp: if tail { sp } else { sp - 8 },
-                    ts: r.ts,
-                    ends_in_leaf: false,
-                };
-                d.depth += 1;
-                self.write(&r);
+                self.open_frame(&cur, d, target, site.addr, flags, if tail { sp } else { sp - 8 }, false);
                 0
             }
             ST_HIDDEN => {
@@ -959,10 +961,7 @@ impl State {
                 // scheduler. The thunk's return is not probed, so the frame closes, as
                 // expected, when the task is next seen above it.
                 d.last_redirect = 0;
-                let r = self.emit(&cur, Kind::Call, shown_depth, Reason::None, flags, target, site.addr);
-                d.frames[d.depth] = Frame { func: target, entry: NO_ENTRY, entry_sp: sp - 8, ts: r.ts, ends_in_leaf: true };
-                d.depth += 1;
-                self.write(&r);
+                self.open_frame(&cur, d, target, site.addr, flags, sp - 8, true);
                 0
             }
             ST_LEAF => {
@@ -1107,12 +1106,9 @@ impl State {
             return 0;
         }
         let func = self.root_addr();
-        let r = self.emit(&cur, Kind::Call, 0, Reason::None, 0, func, 0);
-        d.frames[0] = Frame { func, entry: self.enter(func), entry_sp: sp, ts: r.ts, ends_in_leaf: false };
-        d.depth = 1;
         d.suppress_below = 0;
         d.last_redirect = 0;
-        self.write(&r);
+        self.open_frame(&cur, d, func, 0, 0, sp, false);
         0
     }
 
@@ -1135,12 +1131,9 @@ impl State {
         if d.depth > 0 {
             return 0;
         }
-        let r = self.emit(&cur, Kind::Call, 0, Reason::None, 0, func, 0);
-        d.frames[0] = Frame { func, entry: self.enter(func), entry_sp: sp, ts: r.ts, ends_in_leaf: false };
-        d.depth = 1;
         d.suppress_below = 0;
         d.last_redirect = 0;
-        self.write(&r);
+        self.open_frame(&cur, d, func, 0, 0, sp, false);
         0
     }
 
@@ -1180,11 +1173,8 @@ impl State {
         match st & 0xff {
             ST_ARMED => {
                 d.last_redirect = 0;
-                let r = self.emit(&cur, Kind::Call, 0, Reason::None, 0, target, hook_addr);
-                d.frames[0] = Frame { func: target, entry: self.enter(target), entry_sp: sp, ts: r.ts, ends_in_leaf: false };
-                d.depth = 1;
                 d.suppress_below = 0;
-                self.write(&r);
+                self.open_frame(&cur, d, target, hook_addr, 0, sp, false);
                 0
             }
             ST_HIDDEN => {
@@ -1247,10 +1237,7 @@ impl State {
         d.last_redirect = 0;
         match self.lookup(func) & 0xff {
             ST_ARMED => {
-                let r = self.emit(&cur, Kind::Call, d.depth, Reason::None, 0, func, site);
-                d.frames[d.depth] = Frame { func, entry: self.enter(func), entry_sp: sp, ts: r.ts, ends_in_leaf: false };
-                d.depth += 1;
-                self.write(&r);
+                self.open_frame(&cur, d, func, site, 0, sp, false);
             }
             // Not armed (yet, or any more): the scheduler runs with preemption off, so it
             // is armed ahead, like any callee first called in atomic context.
@@ -1639,26 +1626,25 @@ impl State {
             return;
         }
         for &(name, ctx) in IRQ_ROOTS {
-            let Ok((func, _)) = crate::control::resolve(name) else {
-                self.stats.irq_roots_missing.fetch_add(1, Ordering::Relaxed);
-                continue;
-            };
-            if self.lookup(func) != ST_ARMED && self.arm_as(ctl, func, true) != ST_ARMED {
-                self.stats.irq_roots_missing.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let Ok(mut b) = KBox::pin(Probe::on_symbol(name, hook_handler, Hook::IrqRoot(ctx, func)), GFP_KERNEL) else {
-                self.stats.irq_roots_missing.fetch_add(1, Ordering::Relaxed);
-                continue;
-            };
-            if b.as_mut().register().is_err() {
-                self.stats.irq_roots_missing.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            if ctl.hooks.push(b, GFP_KERNEL).is_err() {
+            if self.add_irq_root(ctl, name, ctx).is_none() {
                 self.stats.irq_roots_missing.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Arms one interrupt entry function (pinned: never disarmed lazily, its entry hook
+    /// opens frames) and hooks its entry.
+    fn add_irq_root(&self, ctl: &mut Control, name: &'static CStr, ctx: Ctx) -> Option<()> {
+        let (func, _) = crate::control::resolve(name).ok()?;
+        if self.lookup(func) == ST_ARMED {
+            let e = self.find(func);
+            ctl.funcs.iter_mut().find(|f| Some(f.entry) == e)?.pinned = true;
+        } else if self.arm_as(ctl, func, true) != ST_ARMED {
+            return None;
+        }
+        let mut b = KBox::pin(Probe::on_symbol(name, hook_handler, Hook::IrqRoot(ctx, func)), GFP_KERNEL).ok()?;
+        b.as_mut().register().ok()?;
+        ctl.hooks.push(b, GFP_KERNEL).ok()
     }
 
     /// Removes every probe. Called with `ctl` held.
@@ -1911,7 +1897,7 @@ const INSTRUMENTATION: &[&[u8]] = &[
     b"__asan_*",
     b"__kasan_*",
     b"kasan_*",
-    b"__sanitizer_cov_*",
+    b"__sanitizer_*",
     b"__tsan_*",
     b"kcsan_*",
     b"lock_acquire*",
@@ -1922,6 +1908,7 @@ const INSTRUMENTATION: &[&[u8]] = &[
     b"lock_sync",
     b"lockdep_*",
     b"__lockdep_*",
+    b"mark_lock*",
     b"fs_reclaim_acquire",
     b"fs_reclaim_release",
     b"__might_sleep",
@@ -1968,30 +1955,8 @@ const DENIED: &[&[u8]] = &[
     b"*int3*",
     b"irqentry_*",
     b"synchronize_rcu*",
-    // Instrumentation that debug kernels call from every lock operation and memory
-    // access, including fctrace's own handlers: never a useful subtree, and a reentrancy
-    // hazard when probed.
-    b"lock_acquire*",
-    b"lock_release",
-    b"lock_acquired",
-    b"lock_contended",
-    b"lock_is_held_type",
-    b"lock_sync",
-    b"lockdep_*",
-    b"__lockdep_*",
-    b"mark_lock*",
-    b"kasan_*",
-    b"__kasan_*",
-    b"__asan_*",
-    b"__sanitizer_*",
-    b"kcsan_*",
-    b"__might_sleep",
-    b"__might_resched",
-    b"__might_fault",
-    b"debug_smp_processor_id",
-    b"check_preemption_disabled",
-    b"rcu_read_lock_*held*",
-    b"debug_lockdep_rcu_enabled",
+    // The debug instrumentation is denied too (see `INSTRUMENTATION`, which `is_denied`
+    // also checks): it runs from fctrace's own handlers, a reentrancy hazard when probed.
 ];
 
 /// Exceptions to [`DENIED`]: function_graph's setup of a new task at fork, which only
