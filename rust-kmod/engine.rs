@@ -1961,8 +1961,25 @@ const DENIED: &[&[u8]] = &[
 
 /// Exceptions to [`DENIED`]: function_graph's setup of a new task at fork, which only
 /// allocates the child's return stack (while function_graph is on) and runs in no path of
-/// fctrace's and with no lock arming needs.
-const NOT_DENIED: &[&[u8]] = &[b"ftrace_graph_init_task"];
+/// fctrace's and with no lock arming needs; and lib/rbtree's red-black tree API, whose
+/// names the ring buffer's `rb_*` pattern also matches. Neither the probe handlers nor
+/// the ring buffer use rbtrees; arming (vmalloc) may, but a task's own hits while it arms
+/// are ignored like any others.
+const NOT_DENIED: &[&[u8]] = &[
+    b"ftrace_graph_init_task",
+    b"rb_insert_color",
+    b"rb_erase",
+    b"__rb_erase_color",
+    b"__rb_insert_augmented",
+    b"rb_first",
+    b"rb_last",
+    b"rb_next",
+    b"rb_prev",
+    b"rb_replace_node",
+    b"rb_replace_node_rcu",
+    b"rb_first_postorder",
+    b"rb_next_postorder",
+];
 
 fn is_denied(name: &[u8]) -> bool {
     let any = |list: &[&[u8]]| list.iter().any(|p| parse::glob_match(p, name));
