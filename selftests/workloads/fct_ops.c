@@ -8,6 +8,8 @@
  *   open FILE   openat(AT_FDCWD, FILE, O_RDONLY) + close
  *   mmap        mmap 4 anonymous pages, touch one, munmap
  *   fork        fork; the child _exit(0)s; the parent waitpid()s for it
+ *   readdir DIR read all entries of DIR with getdents64() (DIR opened before)
+ *   write FILE  write 100 bytes to FILE (opened and truncated before)
  * Everything but the operation itself (the pipe's creation, buffers) is done
  * before the gate opens; "ready" is printed (and flushed) just before it, so a
  * test can wait for the process to sit in the gate's nanosleep() before it
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -94,6 +97,26 @@ int main(int argc, char **argv)
 			_exit(0);
 		return waitpid(c, &st, 0) != c || st != 0;
 	}
-	fprintf(stderr, "usage: fct_ops read|pipe|stat|open|mmap|fork [FILE]\n");
+	if (!strcmp(op, "readdir")) {
+		int fd = open(file, O_RDONLY | O_DIRECTORY);
+		long n;
+
+		if (fd < 0)
+			return 1;
+		gate();
+		while ((n = syscall(SYS_getdents64, fd, buf, sizeof(buf))) > 0)
+			;
+		return n < 0;
+	}
+	if (!strcmp(op, "write")) {
+		int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		if (fd < 0)
+			return 1;
+		memset(buf, 'x', 100);
+		gate();
+		return write(fd, buf, 100) != 100;
+	}
+	fprintf(stderr, "usage: fct_ops read|pipe|stat|open|mmap|fork|readdir|write [FILE]\n");
 	return 2;
 }
