@@ -175,9 +175,12 @@ impl Buffer {
         unsafe { bindings::fctrace_poll_wait(file, pt) }
     }
 
-    /// A non-consuming iterator per CPU, for `trace`. Writers go on meanwhile; only
-    /// resizing waits for the iterators to finish.
+    /// A non-consuming iterator per CPU, for `trace`: the events written up to now.
+    /// Writers go on meanwhile (their new events are not part of it); resizing waits for
+    /// the iterators to finish.
     pub(crate) fn snapshot(&self) -> Result<Snapshot<'_>> {
+        // SAFETY: `rb` is live.
+        let limit = unsafe { bindings::ring_buffer_time_stamp(self.rb) };
         let mut iters = KVec::new();
         for cpu in 0..cpus() {
             // SAFETY: `rb` is live; process context (may sleep).
@@ -190,7 +193,7 @@ impl Buffer {
                 }
             }
         }
-        Ok(Snapshot { _buf: self, iters })
+        Ok(Snapshot { _buf: self, iters, limit })
     }
 }
 
@@ -210,10 +213,12 @@ impl Drop for Buffer {
     }
 }
 
-/// Iterators over every CPU's events, oldest first.
+/// Iterators over every CPU's events, oldest first, up to the time it was made (so that
+/// reading a buffer that is being filled faster than it is read still ends).
 pub(crate) struct Snapshot<'a> {
     _buf: &'a Buffer,
     iters: KVec<(u32, *mut bindings::ring_buffer_iter)>,
+    limit: u64,
 }
 
 impl Snapshot<'_> {
@@ -223,7 +228,7 @@ impl Snapshot<'_> {
             let mut ts = 0u64;
             // SAFETY: `it` is a live iterator of ours.
             let ev = unsafe { bindings::ring_buffer_iter_peek(it, &mut ts) };
-            if !ev.is_null() && best.map_or(true, |(_, b)| ts < b) {
+            if !ev.is_null() && ts <= self.limit && best.map_or(true, |(_, b)| ts < b) {
                 best = Some((i, ts));
             }
         }

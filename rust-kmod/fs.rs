@@ -11,7 +11,8 @@ use crate::bindings;
 use crate::control::{file_by_ino, FileId, Text, FILES};
 use crate::engine::state;
 use core::cell::UnsafeCell;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicBool, Ordering};
+use crate::reader::TraceReader;
 use kernel::ffi::{c_char, c_int, c_uint};
 use core::pin::Pin;
 use kernel::alloc::KVec;
@@ -250,11 +251,11 @@ unsafe extern "C" fn trace_open(_inode: *mut bindings::inode, file: *mut binding
         // Opened only to write (`echo > trace`): nothing to show.
         return 0;
     }
-    let text = match crate::reader::snapshot_text(st) {
-        Ok(t) => t,
+    let reader = match TraceReader::new(st) {
+        Ok(r) => r,
         Err(e) => return e.to_errno(),
     };
-    match KBox::new(text, GFP_KERNEL) {
+    match KBox::new(TraceFile { busy: AtomicBool::new(false), reader: UnsafeCell::new(reader) }, GFP_KERNEL) {
         // SAFETY: `file` is ours until release, which frees this.
         Ok(b) => unsafe { (*file).private_data = KBox::into_raw(b).cast() },
         Err(_) => return ENOMEM.to_errno(),
@@ -262,16 +263,73 @@ unsafe extern "C" fn trace_open(_inode: *mut bindings::inode, file: *mut binding
     0
 }
 
+/// An open `trace` file's state.
+struct TraceFile {
+    /// A read is running (`pread()`s of one open file may come at once; the second is
+    /// refused with EBUSY rather than waited for).
+    busy: AtomicBool,
+    /// Only touched by the read that set `busy`.
+    reader: UnsafeCell<TraceReader>,
+}
+
 /// # Safety
 ///
 /// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn trace_read(file: *mut bindings::file, ubuf: *mut c_char, count: usize, ppos: *mut bindings::loff_t) -> isize {
-    // SAFETY: set in `trace_open` to a `KBox<Text>` or left NULL.
-    let text = unsafe { ((*file).private_data as *const Text).as_ref() };
-    match text {
-        Some(t) => read_from(&t.0, ubuf, count, ppos),
-        None => errno(EBADF),
+    let Some(st) = state() else { return errno(ENODEV) };
+    // SAFETY: set in `trace_open` to a `KBox<TraceFile>` (freed only at release) or NULL.
+    let Some(tf) = (unsafe { ((*file).private_data as *const TraceFile).as_ref() }) else {
+        return errno(EBADF);
+    };
+    if tf.busy.swap(true, Ordering::Acquire) {
+        return errno(EBUSY);
     }
+    // SAFETY: `busy` makes this read the only user of the reader until it is cleared.
+    let r = unsafe { &mut *tf.reader.get() };
+    // SAFETY: `ppos` is the VFS's position for this read.
+    let ret = trace_read_at(st, r, ubuf, count, unsafe { &mut *ppos });
+    tf.busy.store(false, Ordering::Release);
+    ret
+}
+
+/// The text is made as it is read. A read at another offset than where the last one
+/// ended skips forward (rendering what it skips), or starts over from a new snapshot of
+/// the buffer to go back: `trace` reads like a file, sequential reads cost nothing extra.
+fn trace_read_at(st: &'static crate::engine::State, r: &mut TraceReader, ubuf: *mut c_char, count: usize, pos: &mut bindings::loff_t) -> isize {
+    if *pos < 0 {
+        return errno(EINVAL);
+    }
+    if *pos < r.pos {
+        match TraceReader::new(st) {
+            Ok(n) => *r = n,
+            Err(e) => return errno(e),
+        }
+    }
+    while r.pos < *pos {
+        let skip = (*pos - r.pos).min(64 << 10) as usize;
+        match r.next_chunk(st, skip) {
+            Ok([]) => return 0,
+            Ok(c) => r.pos += c.len() as i64,
+            Err(e) => return errno(e),
+        }
+    }
+    // Bounded work (and text kept) per read call.
+    let count = count.min(64 << 10);
+    let chunk = match r.next_chunk(st, count) {
+        Ok(c) => c,
+        Err(e) => return errno(e),
+    };
+    let n = chunk.len();
+    if n == 0 {
+        return 0;
+    }
+    let mut w = UserSlice::new(ubuf as usize, n).writer();
+    if let Err(e) = w.write_slice(chunk) {
+        return errno(e);
+    }
+    r.pos += n as i64;
+    *pos = r.pos;
+    n as isize
 }
 
 /// # Safety
@@ -286,9 +344,10 @@ unsafe extern "C" fn trace_write(file: *mut bindings::file, ubuf: *const c_char,
 ///
 /// Called only by the kernel, with pointers that are valid for the duration of the call.
 unsafe extern "C" fn trace_release(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
-    // SAFETY: `private_data` is NULL or the `KBox<Text>` from `trace_open`, freed once here.
+    // SAFETY: `private_data` is NULL or the `KBox<TraceFile>` from `trace_open`, freed
+    // once here (no read is running: the file is being released).
     unsafe {
-        let p = (*file).private_data as *mut Text;
+        let p = (*file).private_data as *mut TraceFile;
         if !p.is_null() {
             drop(KBox::from_raw(p));
         }
@@ -360,7 +419,8 @@ unsafe extern "C" fn pipe_read(file: *mut bindings::file, ubuf: *mut c_char, cou
             }
             return n as isize;
         }
-        if crate::reader::drain(st, &st.buf, &mut g.text, count).is_err() {
+        // Bounded work (and text kept) per read call, whatever the count.
+        if crate::reader::drain(st, &st.buf, &mut g.text, count.min(64 << 10)).is_err() {
             return errno(ENOMEM);
         }
         // Room was made: a task waiting for it (lossless) may go on.

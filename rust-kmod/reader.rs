@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Turning ring-buffer events into text: `trace_pipe` (consuming, blocking) and `trace`
-//! (a snapshot).
+//! (a snapshot, rendered as it is read).
 
 use crate::buffer::{Buffer, Event, Snapshot};
 use crate::control::{symbol_name, Text, KSYM_SYMBOL_LEN};
@@ -56,30 +56,65 @@ pub(crate) fn drain(st: &State, buf: &Buffer, t: &mut Text, want: usize) -> core
     Ok(())
 }
 
-/// The whole buffer as text, not consumed.
-pub(crate) fn snapshot_text(st: &State) -> Result<Text> {
-    let opts = options(st);
-    let mut t = Text::new();
-    let mut sym = KBox::new([0u8; KSYM_SYMBOL_LEN], GFP_KERNEL)?;
-    let mut snap: Snapshot<'_> = st.buf.snapshot()?;
-    t.0.extend_from_slice(format::HEADER.as_bytes(), GFP_KERNEL)?;
-    // Events overwritten before this snapshot: the trace below starts after them.
-    for cpu in 0..st.buf.cpus() {
-        let lost = st.buf.overrun_cpu(cpu);
-        if lost != 0 {
-            format::write_lost(&mut t, cpu, lost).map_err(|_| ENOMEM)?;
-        }
-    }
-    while let Some(ev) = snap.next() {
-        let mut ret = None;
-        if ev.rec.kind == Kind::Call as u8 {
-            if let Some(next) = snap.peek() {
-                if format::is_matching_return(&ev.rec, &next.rec) {
-                    ret = snap.next();
-                }
+/// An open `trace` file: the buffer's events as they were at open, not consumed, turned
+/// into text a read at a time (a big buffer's whole text would be tens of megabytes).
+pub(crate) struct TraceReader {
+    snap: Snapshot<'static>,
+    /// Text rendered and not handed out yet, from `off`.
+    text: Text,
+    off: usize,
+    /// The file position the next read must be at (reads are sequential).
+    pub(crate) pos: i64,
+    sym: KBox<[u8; KSYM_SYMBOL_LEN]>,
+}
+
+impl TraceReader {
+    pub(crate) fn new(st: &'static State) -> Result<Self> {
+        let mut t = Text::new();
+        t.0.extend_from_slice(format::HEADER.as_bytes(), GFP_KERNEL)?;
+        // Events overwritten before this snapshot: the trace below starts after them.
+        for cpu in 0..st.buf.cpus() {
+            let lost = st.buf.overrun_cpu(cpu);
+            if lost != 0 {
+                format::write_lost(&mut t, cpu, lost).map_err(|_| ENOMEM)?;
             }
         }
-        render(&mut t, &ev, ret.as_ref(), opts, &mut sym).map_err(|_| ENOMEM)?;
+        Ok(TraceReader {
+            snap: st.buf.snapshot()?,
+            text: t,
+            off: 0,
+            pos: 0,
+            sym: KBox::new([0u8; KSYM_SYMBOL_LEN], GFP_KERNEL)?,
+        })
     }
-    Ok(t)
+
+    /// The next at most `count` bytes of text (empty at the end), rendering events as
+    /// needed. A call whose return follows it is shown as one leaf line.
+    pub(crate) fn next_chunk(&mut self, st: &State, count: usize) -> Result<&[u8]> {
+        if self.off > 0 {
+            // Drop what was handed out: the text never holds much more than one read.
+            let len = self.text.0.len();
+            self.text.0.as_mut_slice().copy_within(self.off..len, 0);
+            // SAFETY: shortening a vector of bytes (nothing to drop).
+            unsafe { self.text.0.set_len(len - self.off) };
+            self.off = 0;
+        }
+        let opts = options(st);
+        while self.text.0.len() - self.off < count {
+            let Some(ev) = self.snap.next() else { break };
+            let mut ret = None;
+            if ev.rec.kind == Kind::Call as u8 {
+                if let Some(next) = self.snap.peek() {
+                    if format::is_matching_return(&ev.rec, &next.rec) {
+                        ret = self.snap.next();
+                    }
+                }
+            }
+            render(&mut self.text, &ev, ret.as_ref(), opts, &mut self.sym).map_err(|_| ENOMEM)?;
+        }
+        let n = count.min(self.text.0.len() - self.off);
+        let chunk = &self.text.0[self.off..self.off + n];
+        self.off += n;
+        Ok(chunk)
+    }
 }
