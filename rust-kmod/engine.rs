@@ -142,20 +142,20 @@ pub(crate) enum Hook {
 
 /// Preemption at `preempt_enable()`: the call goes to `preempt_schedule_thunk` (or its
 /// `_notrace` twin), which kprobes refuses, and from there through `preempt_schedule()`
-/// (also refused) to `__schedule()`. A call to a thunk opens a frame (closed, without a
-/// value, when the task is seen above it again), and the [`Hook::Preempt`] probe on
-/// `__schedule()` opens a frame for the scheduler inside it, so the calls the scheduler
-/// makes for the task are followed as for `schedule()`. 0 = not found (no hook).
+/// (also refused) and `preempt_schedule_common()` (or `preempt_schedule_notrace()`) to
+/// `__schedule()`. A call to a thunk opens a frame (closed, without a value, when the
+/// task is seen above it again), and the [`Hook::Preempt`] probes on the `call
+/// __schedule` instructions of those two open a frame for the scheduler inside it, so the
+/// calls the scheduler makes for the task are followed as for `schedule()`. Only
+/// preemptions hit them, not every context switch. 0 = not found (no hook).
 static PREEMPT_THUNKS: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
 /// `__schedule()`.
 static SCHED_ADDR: AtomicU64 = AtomicU64::new(0);
-/// Where the [`Hook::Preempt`] int3 probe is, and the byte it replaced: arming
-/// `__schedule()` decodes its code with that byte put back.
-static PREEMPT_HOOK: AtomicU64 = AtomicU64::new(0);
-static PREEMPT_HOOK_BYTE: AtomicU64 = AtomicU64::new(0);
-/// `preempt_schedule_irq()`, start and end: an interrupt's return can preempt the task
-/// in a thunk before it disables preemption; that `__schedule()` is not the thunk's.
-static SCHED_IRQ: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+/// Where the [`Hook::Preempt`] int3 probes are (0 = none), with the byte each replaced
+/// in bits 56..64: arming a function that contains one decodes its code with that byte
+/// put back.
+static PREEMPT_HOOKS: [AtomicU64; MAX_PREEMPT_HOOKS] = [const { AtomicU64::new(0) }; MAX_PREEMPT_HOOKS];
+const MAX_PREEMPT_HOOKS: usize = 4;
 
 fn is_preempt_thunk(f: u64) -> bool {
     f != 0 && PREEMPT_THUNKS.iter().any(|t| t.load(Ordering::Relaxed) == f)
@@ -1205,10 +1205,10 @@ impl State {
         }
     }
 
-    /// `__schedule()` entry: if the traced task is inside a preemption thunk (its innermost
-    /// frame), the scheduler runs for it there: open its frame, so its call sites count.
-    /// Other entries (`schedule()`, whose call fctrace already drew; an interrupt's return
-    /// through `preempt_schedule_irq()`; other tasks) are ignored.
+    /// A `call __schedule` of the preemption path: if the traced task is inside a
+    /// preemption thunk (its innermost frame), the scheduler runs for it there: open its
+    /// frame, so its call sites count. Other tasks are ignored. (An interrupt's return
+    /// preempts through `preempt_schedule_irq()`, which has no hook.)
     fn on_preempt(&self, p: *mut bindings::kprobe, regs: &mut bindings::pt_regs) -> c_int {
         let Some(cur) = self.current(regs, Probe::<Hook>::is_ftrace_based(p)) else { return 0 };
         let Some(slot) = self.slot(cur.pid) else { return 0 };
@@ -1218,7 +1218,8 @@ impl State {
         if d.guard || d.depth == 0 || d.depth >= MAX_FRAMES || (max != 0 && d.depth >= max) {
             return 0;
         }
-        let sp = regs.sp as u64;
+        // `__schedule()`'s entry stack pointer: the call pushes the return address.
+        let sp = (regs.sp as u64).wrapping_sub(8);
         if d.suppress_below != 0 && sp < d.suppress_below {
             return 0;
         }
@@ -1226,12 +1227,10 @@ impl State {
         if !is_preempt_thunk(top.func) || sp >= top.entry_sp {
             return 0;
         }
-        // The return address says who called `__schedule()`.
-        let ret = read_word(sp).unwrap_or(0);
-        if ret >= SCHED_IRQ[0].load(Ordering::Relaxed) && ret < SCHED_IRQ[1].load(Ordering::Relaxed) {
+        let func = SCHED_ADDR.load(Ordering::Relaxed);
+        if func == 0 {
             return 0;
         }
-        let func = SCHED_ADDR.load(Ordering::Relaxed);
         // SAFETY: reading our own kprobe's address.
         let site = unsafe { (*p).addr } as u64;
         d.last_redirect = 0;
@@ -1433,12 +1432,15 @@ impl State {
             return Err(Reason::Unprobeable);
         }
         let end = start + size;
-        // Our own int3 hook in `__schedule()` is not someone else's breakpoint.
-        let hook = PREEMPT_HOOK.load(Ordering::Relaxed);
-        if hook >= start && hook < end && SCHED_ADDR.load(Ordering::Relaxed) != 0 {
-            if let Some(b) = code.get_mut((hook - start) as usize) {
-                if *b == 0xcc {
-                    *b = PREEMPT_HOOK_BYTE.load(Ordering::Relaxed) as u8;
+        // Our own int3 hooks on the preemption path are not someone else's breakpoints.
+        for h in PREEMPT_HOOKS.iter() {
+            let h = h.load(Ordering::Relaxed);
+            let at = h & ((1 << 56) - 1) | (0xff << 56);
+            if h != 0 && at >= start && at < end {
+                if let Some(b) = code.get_mut((at - start) as usize) {
+                    if *b == 0xcc {
+                        *b = (h >> 56) as u8;
+                    }
                 }
             }
         }
@@ -1578,11 +1580,14 @@ impl State {
         }
         let root_hook = if root.is_some() { Hook::Root } else { Hook::Syscall };
         let sched_at = resolve_preemption();
-        let hooks: [(Hook, Option<&'static CStr>, u64); 4] = [
+        let hooks: [(Hook, Option<&'static CStr>, u64); 3 + MAX_PREEMPT_HOOKS] = [
             (root_hook, None, hook_at),
             (Hook::Exit, Some(c_str!("do_exit")), 0),
             (Hook::Fork, Some(c_str!("wake_up_new_task")), 0),
-            (Hook::Preempt, None, sched_at),
+            (Hook::Preempt, None, sched_at[0]),
+            (Hook::Preempt, None, sched_at[1]),
+            (Hook::Preempt, None, sched_at[2]),
+            (Hook::Preempt, None, sched_at[3]),
         ];
         for (hook, sym, at) in hooks {
             let p = match sym {
@@ -1599,9 +1604,9 @@ impl State {
             };
             if let Err(e) = b.as_mut().register() {
                 if matches!(hook, Hook::Preempt) {
-                    // Optional: without it, preemption thunks are plain unprobeable leaves.
+                    // Optional: without all of them, preemption thunks are plain
+                    // unprobeable leaves (the hooks that did register do nothing).
                     SCHED_ADDR.store(0, Ordering::Relaxed);
-                    PREEMPT_HOOK.store(0, Ordering::Relaxed);
                     continue;
                 }
                 self.deactivate(ctl);
@@ -1799,36 +1804,84 @@ static SYSCALL_TABLE: AtomicU64 = AtomicU64::new(0);
 const MAX_SYSCALLS: u64 = 1024;
 
 /// Looks up the preemption path (see [`PREEMPT_THUNKS`]); returns where the
-/// [`Hook::Preempt`] probe goes, or 0 (and no thunk is treated specially) if a part is
-/// missing, e.g. on a kernel without `CONFIG_PREEMPTION`.
-fn resolve_preemption() -> u64 {
+/// [`Hook::Preempt`] probes go (0 = none), all 0 (and no thunk is treated specially) if a
+/// part is missing, e.g. on a kernel without `CONFIG_PREEMPTION`.
+fn resolve_preemption() -> [u64; MAX_PREEMPT_HOOKS] {
+    let none = [0u64; MAX_PREEMPT_HOOKS];
     SCHED_ADDR.store(0, Ordering::Relaxed);
-    PREEMPT_HOOK.store(0, Ordering::Relaxed);
+    for h in PREEMPT_HOOKS.iter() {
+        h.store(0, Ordering::Relaxed);
+    }
     let addr = |n: &CStr| crate::control::resolve(n).map(|(a, _)| a).unwrap_or(0);
     let thunks = [addr(c_str!("preempt_schedule_thunk")), addr(c_str!("preempt_schedule_notrace_thunk"))];
     let sched = addr(c_str!("__schedule"));
-    let irq = addr(c_str!("preempt_schedule_irq"));
-    let mut buf = KVec::new();
-    let irq_size = crate::control::symbolize(irq, &mut buf).map_or(0, |i| i.size);
-    let at = if sched != 0 { body_start(sched).unwrap_or(0) } else { 0 };
-    if thunks[0] == 0 || at == 0 || irq_size == 0 {
-        return 0;
+    if thunks[0] == 0 || sched == 0 {
+        return none;
     }
-    let mut byte = 0u8;
-    // SAFETY: the source is checked and never faults; `byte` is a local of that size.
-    let r = unsafe { bindings::copy_from_kernel_nofault((&mut byte as *mut u8).cast(), at as *const _, 1) };
-    if r != 0 || byte == 0xcc {
-        return 0;
+    // The `call __schedule` instructions of the two functions the thunks end up in.
+    let mut at = none;
+    let mut n = 0;
+    for f in [c_str!("preempt_schedule_common"), c_str!("preempt_schedule_notrace")] {
+        let start = addr(f);
+        let mut buf = KVec::new();
+        let size = crate::control::symbolize(start, &mut buf).map_or(0, |i| i.size);
+        if start == 0 || size == 0 {
+            return none;
+        }
+        let Some(calls) = calls_to(start, size, sched) else { return none };
+        for c in calls.into_iter().flatten() {
+            let Some(slot) = at.get_mut(n) else { return none };
+            *slot = c;
+            n += 1;
+        }
     }
-    PREEMPT_HOOK.store(at, Ordering::Relaxed);
-    PREEMPT_HOOK_BYTE.store(u64::from(byte), Ordering::Relaxed);
+    if n == 0 {
+        return none;
+    }
+    for (h, &a) in PREEMPT_HOOKS.iter().zip(at.iter()) {
+        if a == 0 {
+            continue;
+        }
+        let mut byte = 0u8;
+        // SAFETY: the source is checked and never faults; `byte` is a local of that size.
+        let r = unsafe { bindings::copy_from_kernel_nofault((&mut byte as *mut u8).cast(), a as *const _, 1) };
+        if r != 0 || byte == 0xcc {
+            return none;
+        }
+        h.store(a & ((1 << 56) - 1) | (u64::from(byte) << 56), Ordering::Relaxed);
+    }
     for (t, a) in PREEMPT_THUNKS.iter().zip(thunks) {
         t.store(a, Ordering::Relaxed);
     }
-    SCHED_IRQ[0].store(irq, Ordering::Relaxed);
-    SCHED_IRQ[1].store(irq + irq_size, Ordering::Relaxed);
     SCHED_ADDR.store(sched, Ordering::Relaxed);
     at
+}
+
+/// The `call target` instructions of the function at `start` (`size` bytes; at most two;
+/// `None` if its code cannot be read or decoded).
+fn calls_to(start: u64, size: u64, target: u64) -> Option<[Option<u64>; 2]> {
+    let mut code = [0u8; 512];
+    let len = (size as usize).min(code.len());
+    // SAFETY: the source is checked and never faults; `code` holds `len` bytes.
+    let r = unsafe { bindings::copy_from_kernel_nofault(code.as_mut_ptr().cast(), start as *const _, len) };
+    if r != 0 {
+        return None;
+    }
+    let mut out = [None; 2];
+    let (mut off, mut n) = (0usize, 0usize);
+    while off < len {
+        let rest = code.get(off..len)?;
+        if insn_is_padding(rest, 0) {
+            break;
+        }
+        let insn = decode::decode(rest, start + off as u64).ok()?;
+        if insn.flow == Flow::Call(target) {
+            *out.get_mut(n)? = Some(start + off as u64);
+            n += 1;
+        }
+        off += usize::from(insn.len);
+    }
+    Some(out)
 }
 
 /// The first instruction of a function after `endbr64` and the ftrace site: a probe there
