@@ -1,86 +1,147 @@
 #!/bin/sh
 # fctrace overhead benchmark (run in the guest by `cargo xtask bench`).
 #
-# For each mode (none, fctrace, ftrace function_graph) and repetition: a busy process B
-# does $N_TRACED small reads of /proc/version, traced from vfs_read by the mode's tracer
-# (fctrace: set_pid; ftrace: set_ftrace_pid + set_graph_function), while an untraced
-# process O does $N_OTHER of the same reads at the same time. Prints one line per run:
-#   BENCH mode=M rep=R other_ns=.. traced_ns=.. events=.. lost=..
-# events: calls the tracer recorded for B (fctrace: events written; ftrace: trace lines),
-# lost: events the tracer dropped.
+# For each mode (none; fctrace; fctrace-nosched: fctrace with the scheduler hidden by the
+# filter '!__schedule', so it is never armed; ftrace function_graph):
+#
+# Throughput, after a warm-up run, $REPS times: a busy process B reads /proc/version in
+# a loop, traced from vfs_read by the mode's tracer (fctrace: set_pid; ftrace:
+# set_ftrace_pid + set_graph_function). While it runs, untraced processes do, one after
+# the other:
+#   same:     $N_OTHER of the same reads (the code B runs: the worst case for fctrace,
+#             whose breakpoints sit in exactly that code);
+#   pingpong: $N_PP round trips of a pipe ping-pong between two processes (other code,
+#             apart from the read/write system call layer).
+# Then B is stopped. One line per run:
+#   BENCH mode=M rep=R other_ns=.. pingpong_ns=.. traced_ns=.. ops=..
+# (other_ns, pingpong_ns: the other tasks' times; traced_ns: B's time per read; ops: B's
+# reads.)
+#
+# Completeness, once: B does $N_COMPLETE reads alone, traced; in the tracer's trace
+# (16 MiB per CPU: room for all), count function entries ("f() {" and "f();" lines) and
+# B's reads ("vfs_read() {" at depth 0). One line:
+#   BENCHC mode=M calls=.. roots=.. lost=..
+# (lost: events the tracer dropped in that run.)
 F=/sys/kernel/fctrace
 T=/sys/kernel/tracing
 REPS=${REPS:-3}
-N_TRACED=${N_TRACED:-3000}
 N_OTHER=${N_OTHER:-20000}
+N_PP=${N_PP:-5000}
+N_COMPLETE=${N_COMPLETE:-300}
 export FCT_GATE=/tmp/fct_go
 
-ns_of() { sed -n 's/^ns //p' "$1"; }
-
-setup() { # mode pid
+# Events the mode's tracer dropped so far.
+lost_now() {
     case $1 in
-    fctrace)
+    fctrace*) sed -n 's/^events_lost: //p' $F/stats ;;
+    ftrace)
+        l=0
+        for s in $T/per_cpu/cpu*/stats; do
+            o=$(sed -n 's/^overrun: //p' $s); d=$(sed -n 's/^dropped events: //p' $s)
+            l=$((l + o + ${d:-0}))
+        done
+        echo $l ;;
+    *) echo 0 ;;
+    esac
+}
+
+start_tracer() { # mode
+    case $1 in
+    fctrace*)
+        if [ $1 = fctrace-nosched ]; then echo '!__schedule' > $F/filter; else echo > $F/filter; fi
+        # Tracing stays on across the runs (a parked traced process), so what the
+        # warm-up run arms stays armed: the steady state of a long trace.
         echo 16384 > $F/buffer_size_kb
         echo vfs_read > $F/start_function
-        echo > $F/trace
-        EV0=$(sed -n 's/^events_written: //p' $F/stats)
-        LO0=$(sed -n 's/^events_lost: //p' $F/stats)
-        echo "$2" > $F/set_pid ;;
+        fct_park 1 > /tmp/park.out &
+        PARK=$!
+        while ! grep -q ready /tmp/park.out; do sleep 0.1; done
+        echo $PARK > $F/set_pid ;;
     ftrace)
         echo 0 > $T/tracing_on
         echo 16384 > $T/buffer_size_kb
         echo nop > $T/current_tracer
-        echo > $T/trace
         echo 0 > $T/options/funcgraph-irqs
         echo vfs_read > $T/set_graph_function
+        echo function_graph > $T/current_tracer ;;
+    esac
+}
+
+stop_tracer() { # mode
+    case $1 in
+    fctrace*)
+        kill $PARK; wait $PARK 2>/dev/null
+        echo > $F/set_pid
+        echo > $F/filter ;;
+    ftrace)
+        echo 0 > $T/tracing_on
+        echo nop > $T/current_tracer
+        echo > $T/set_ftrace_pid
+        echo > $T/set_graph_function ;;
+    esac
+}
+
+trace_pid() { # mode pid
+    case $1 in
+    fctrace*)
+        echo > $F/trace
+        echo "$2" >> $F/set_pid ;;
+    ftrace)
+        echo 0 > $T/tracing_on
+        echo > $T/trace
         echo "$2" > $T/set_ftrace_pid
-        echo function_graph > $T/current_tracer
         echo 1 > $T/tracing_on ;;
     esac
 }
 
-collect() { # mode -> "events lost"
-    case $1 in
-    none) echo "0 0" ;;
-    fctrace)
-        ev=$(($(sed -n 's/^events_written: //p' $F/stats) - EV0))
-        lo=$(($(sed -n 's/^events_lost: //p' $F/stats) - LO0))
-        echo > $F/set_pid
-        echo "$ev $lo" ;;
-    ftrace)
-        echo 0 > $T/tracing_on
-        ev=$(grep -c '|' $T/trace)
-        lo=0
-        for s in $T/per_cpu/cpu*/stats; do
-            o=$(sed -n 's/^overrun: //p' $s); lo=$((lo + o))
-        done
-        echo nop > $T/current_tracer
-        echo > $T/set_ftrace_pid
-        echo > $T/set_graph_function
-        echo "$ev $lo" ;;
-    esac
-}
+kv() { sed -n "s/^$1 //p" "$2"; }
 
 run() { # mode rep [quiet]
     rm -f $FCT_GATE
-    fct_bench $N_TRACED > /tmp/b.out &
+    fct_bench 0 > /tmp/b.out &
     B=$!
-    setup "$1" $B
+    trace_pid "$1" $B
     touch $FCT_GATE
     FCT_NOGATE=1 fct_bench $N_OTHER > /tmp/o.out
+    fct_pingpong $N_PP > /tmp/p.out
+    kill -USR1 $B
     wait $B
-    collect "$1" > /tmp/res
-    res=$(cat /tmp/res)
+    [ "$1" = ftrace ] && echo 0 > $T/tracing_on
     [ "$3" = quiet ] && return 0
-    echo "BENCH mode=$1 rep=$2 other_ns=$(ns_of /tmp/o.out) traced_ns=$(ns_of /tmp/b.out) events=${res% *} lost=${res#* }"
+    ops=$(kv ops /tmp/b.out)
+    echo "BENCH mode=$1 rep=$2 other_ns=$(kv ns /tmp/o.out) pingpong_ns=$(kv ns /tmp/p.out)" \
+        "traced_ns=$(($(kv ns /tmp/b.out) / ops)) ops=$ops"
 }
 
-for mode in none fctrace ftrace; do
+complete() { # mode
+    case $1 in
+    fctrace*) file=$F/trace ;;
+    ftrace) file=$T/trace ;;
+    *) return 0 ;;
+    esac
+    rm -f $FCT_GATE
+    fct_bench $N_COMPLETE > /tmp/b.out &
+    B=$!
+    trace_pid "$1" $B
+    l0=$(lost_now "$1")
+    touch $FCT_GATE
+    wait $B
+    [ "$1" = ftrace ] && echo 0 > $T/tracing_on
+    awk '/[A-Za-z0-9_.]+\(\)( \{|;)/ { c++ } /\|  vfs_read\(\) \{/ { r++ } END { print c + 0, r + 0 }' \
+        $file > /tmp/count
+    read calls roots < /tmp/count
+    echo "BENCHC mode=$1 calls=$calls roots=$roots lost=$(($(lost_now "$1") - l0))"
+}
+
+for mode in none fctrace fctrace-nosched ftrace; do
+    start_tracer $mode
     run $mode 0 quiet   # warm-up: arming, caches
     r=1
     while [ $r -le $REPS ]; do
         run $mode $r
         r=$((r + 1))
     done
+    complete $mode
+    stop_tracer $mode
 done
 echo "BENCH done"

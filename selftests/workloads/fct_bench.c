@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * fct_bench N [FILE]: N small reads of FILE (default /proc/version), each a pread() of the
- * start of the file, then prints "ns <elapsed nanoseconds>" and "ops <N>". Used by
- * `cargo xtask bench` both as the traced busy process and as the untraced "other task".
- * Waits at the start gate (fct_gate.h) unless FCT_NOGATE is set.
+ * start of the file, then prints "ns <elapsed nanoseconds>" and "ops <reads done>".
+ * With N = 0 it reads until SIGUSR1 arrives. Used by `cargo xtask bench` both as the
+ * traced busy process (N = 0, stopped when the other tasks are done) and as the untraced
+ * "other task". Waits at the start gate (fct_gate.h) unless FCT_NOGATE is set.
  */
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -20,6 +22,14 @@ static long long now_ns(void)
 	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+static volatile sig_atomic_t stop;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
 int main(int argc, char **argv)
 {
 	long n = argc > 1 ? atol(argv[1]) : 1000;
@@ -29,6 +39,7 @@ int main(int argc, char **argv)
 	long i;
 	int fd;
 
+	signal(SIGUSR1, on_usr1);
 	if (!getenv("FCT_NOGATE"))
 		fct_wait_gate();
 	fd = open(file, O_RDONLY);
@@ -37,9 +48,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	t0 = now_ns();
-	for (i = 0; i < n; i++)
+	for (i = 0; n ? i < n : !stop; i++)
 		if (pread(fd, buf, sizeof(buf), 0) < 0)
 			return 1;
-	printf("ns %lld\nops %ld\n", now_ns() - t0, n);
+	printf("ns %lld\nops %ld\n", now_ns() - t0, i);
 	return 0;
 }

@@ -1,10 +1,12 @@
 //! `cargo xtask bench [--reps N] [--timeout SECS] [--smp N] [--mem MB]`: the overhead
 //! benchmark. Boots the guest with `scripts/guest/bench.sh`, which runs a busy process
 //! traced from `vfs_read` by fctrace, by ftrace's function_graph (set_ftrace_pid), and by
-//! nothing, while an untraced process does the same small reads. Prints, per tracer, the
-//! ratios traced/untraced of the other task's time and of the traced process's own time
-//! (mean, min, max over the repetitions), the events recorded and lost, and writes them as
-//! JSON to `target/fctrace/bench.json`. The guest is emulated: ratios are what count.
+//! nothing, while untraced processes do the same small reads (the traced code), then a
+//! pipe ping-pong (other code). Prints, per tracer, the ratios traced/untraced of the other
+//! tasks' times and of the traced process's time per read (mean, min, max over the
+//! repetitions), and from a separate run of a few hundred traced reads the calls seen per
+//! read and the events lost, and writes them as JSON to `target/fctrace/bench.json`.
+//! `fctrace-nosched` is fctrace with the scheduler hidden (filter `!__schedule`). The guest is emulated: ratios are what count.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -15,29 +17,56 @@ use crate::vm::{self, VmOpts};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     pub mode: String,
+    /// The other task running the traced code (same reads), total ns.
     pub other_ns: f64,
+    /// The other tasks running other code (pipe ping-pong), total ns.
+    pub pingpong_ns: f64,
+    /// The traced process, ns per read.
     pub traced_ns: f64,
-    pub events: u64,
+}
+
+/// The completeness run of one tracer: what its trace holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Complete {
+    pub mode: String,
+    /// Function entries the trace holds.
+    pub calls: u64,
+    /// Traced reads (trees) the trace holds.
+    pub roots: u64,
+    /// Events the tracer dropped in that run.
     pub lost: u64,
 }
 
-/// Parses `BENCH mode=.. rep=.. other_ns=.. traced_ns=.. events=.. lost=..` lines.
+fn fields(line: &str, tag: &str) -> Option<BTreeMap<String, String>> {
+    let rest = line.trim_start().strip_prefix(tag)?.strip_prefix(' ')?;
+    Some(rest.split_whitespace().filter_map(|t| t.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect())
+}
+
+/// Parses `BENCH mode=.. rep=.. other_ns=.. pingpong_ns=.. traced_ns=.. ops=..` lines.
 pub fn parse(console: &str) -> Vec<Sample> {
     let mut out = Vec::new();
     for line in console.lines() {
-        let Some(rest) = line.trim_start().strip_prefix("BENCH ") else { continue };
-        let kv: BTreeMap<&str, &str> = rest.split_whitespace().filter_map(|t| t.split_once('=')).collect();
+        let Some(kv) = fields(line, "BENCH") else { continue };
         let num = |k: &str| kv.get(k).and_then(|v| v.parse::<f64>().ok());
-        let (Some(mode), Some(o), Some(t)) = (kv.get("mode"), num("other_ns"), num("traced_ns")) else {
+        let (Some(mode), Some(o), Some(p), Some(t)) = (kv.get("mode"), num("other_ns"), num("pingpong_ns"), num("traced_ns"))
+        else {
             continue;
         };
-        out.push(Sample {
-            mode: mode.to_string(),
-            other_ns: o,
-            traced_ns: t,
-            events: num("events").unwrap_or(0.0) as u64,
-            lost: num("lost").unwrap_or(0.0) as u64,
-        });
+        out.push(Sample { mode: mode.clone(), other_ns: o, pingpong_ns: p, traced_ns: t });
+    }
+    out
+}
+
+/// Parses `BENCHC mode=.. calls=.. roots=.. lost=..` lines.
+pub fn parse_complete(console: &str) -> Vec<Complete> {
+    let mut out = Vec::new();
+    for line in console.lines() {
+        let Some(kv) = fields(line, "BENCHC") else { continue };
+        let int = |k: &str| kv.get(k).and_then(|v| v.parse::<u64>().ok());
+        let (Some(mode), Some(calls), Some(roots), Some(lost)) = (kv.get("mode"), int("calls"), int("roots"), int("lost")) else {
+            continue;
+        };
+        out.push(Complete { mode: mode.clone(), calls, roots, lost });
     }
     out
 }
@@ -70,36 +99,40 @@ pub fn ratio(values: &[f64], base: &[f64]) -> Option<Ratio> {
 pub struct Row {
     pub mode: String,
     pub reps: usize,
+    /// Other task running the traced code.
     pub other: Ratio,
+    /// Other tasks running other code.
+    pub pingpong: Ratio,
     pub traced: Ratio,
-    pub events: u64,
-    pub lost: u64,
+    /// Calls seen per traced read, and events lost (completeness run).
+    pub complete: Option<(f64, u64)>,
 }
 
 /// One row per tracing mode, against the `none` runs.
-pub fn summarize(samples: &[Sample]) -> Result<Vec<Row>> {
+pub fn summarize(samples: &[Sample], complete: &[Complete]) -> Result<Vec<Row>> {
     let of = |m: &str| samples.iter().filter(|s| s.mode == m).cloned().collect::<Vec<_>>();
     let none = of("none");
     if none.is_empty() {
         bail!("no untraced (mode=none) runs in the benchmark output");
     }
-    let base_o: Vec<f64> = none.iter().map(|s| s.other_ns).collect();
-    let base_t: Vec<f64> = none.iter().map(|s| s.traced_ns).collect();
+    let col = |s: &[Sample], f: fn(&Sample) -> f64| s.iter().map(f).collect::<Vec<f64>>();
     let mut rows = Vec::new();
-    for m in ["none", "fctrace", "ftrace"] {
+    for m in ["none", "fctrace", "fctrace-nosched", "ftrace"] {
         let s = of(m);
         if s.is_empty() {
             continue;
         }
-        let o: Vec<f64> = s.iter().map(|x| x.other_ns).collect();
-        let t: Vec<f64> = s.iter().map(|x| x.traced_ns).collect();
+        let r = |f: fn(&Sample) -> f64| ratio(&col(&s, f), &col(&none, f)).ok_or("empty");
         rows.push(Row {
             mode: m.to_string(),
             reps: s.len(),
-            other: ratio(&o, &base_o).ok_or("empty")?,
-            traced: ratio(&t, &base_t).ok_or("empty")?,
-            events: s.iter().map(|x| x.events).sum::<u64>() / s.len() as u64,
-            lost: s.iter().map(|x| x.lost).sum::<u64>() / s.len() as u64,
+            other: r(|x| x.other_ns)?,
+            pingpong: r(|x| x.pingpong_ns)?,
+            traced: r(|x| x.traced_ns)?,
+            complete: complete
+                .iter()
+                .find(|c| c.mode == m && c.roots > 0)
+                .map(|c| (c.calls as f64 / c.roots as f64, c.lost)),
         });
     }
     Ok(rows)
@@ -109,16 +142,30 @@ pub fn table(rows: &[Row]) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "{:<8} {:>4}  {:>24}  {:>24}  {:>9}  {:>7}",
-        "tracer", "reps", "other tasks (x untraced)", "traced task (x untraced)", "events", "lost"
+        "{:<15} {:>4}  {:>24}  {:>24}  {:>24}  {:>10}  {:>7}",
+        "tracer", "reps", "other: same code", "other: pipe ping-pong", "traced task", "calls/read", "lost"
     );
+    let cell = |r: &Ratio| format!("{:.3} [{:.3}-{:.3}]", r.mean, r.min, r.max);
     for r in rows {
+        let (calls, lost) = match r.complete {
+            Some((c, l)) => (format!("{c:.1}"), l.to_string()),
+            None => ("-".into(), "-".into()),
+        };
         let _ = writeln!(
             t,
-            "{:<8} {:>4}  {:>8.3} [{:.3}-{:.3}]  {:>8.3} [{:.3}-{:.3}]  {:>9}  {:>7}",
-            r.mode, r.reps, r.other.mean, r.other.min, r.other.max, r.traced.mean, r.traced.min, r.traced.max, r.events, r.lost
+            "{:<15} {:>4}  {:>24}  {:>24}  {:>24}  {:>10}  {:>7}",
+            r.mode,
+            r.reps,
+            cell(&r.other),
+            cell(&r.pingpong),
+            cell(&r.traced),
+            calls,
+            lost
         );
     }
+    let _ = writeln!(t, "(times as multiples of the untraced run: mean [min-max] over the repetitions;");
+    let _ = writeln!(t, " calls/read and lost: a separate run of 300 traced reads; fctrace-nosched: the filter");
+    let _ = writeln!(t, " '!__schedule' hides the scheduler, which is then never armed)");
     t
 }
 
@@ -127,13 +174,20 @@ pub fn json(rows: &[Row]) -> String {
     let items: Vec<String> = rows
         .iter()
         .map(|r| {
+            let (calls, lost) = match r.complete {
+                Some((c, l)) => (format!("{c:.2}"), l.to_string()),
+                None => ("null".into(), "null".into()),
+            };
             format!(
-                "    {{\"tracer\": \"{}\", \"reps\": {}, \"other_tasks_ratio\": {}, \"traced_task_ratio\": {}, \"events\": {}, \"lost\": {}}}",
-                r.mode, r.reps, ratio(&r.other), ratio(&r.traced), r.events, r.lost
+                "    {{\"tracer\": \"{}\", \"reps\": {}, \"other_same_code_ratio\": {}, \"other_pingpong_ratio\": {}, \"traced_task_ratio\": {}, \"calls_per_read\": {}, \"lost\": {}}}",
+                r.mode, r.reps, ratio(&r.other), ratio(&r.pingpong), ratio(&r.traced), calls, lost
             )
         })
         .collect();
-    format!("{{\n  \"workload\": \"pread of /proc/version, traced from vfs_read\",\n  \"results\": [\n{}\n  ]\n}}\n", items.join(",\n"))
+    format!(
+        "{{\n  \"workload\": \"traced: pread of /proc/version in a loop, traced from vfs_read; other tasks: the same preads, then a pipe ping-pong\",\n  \"results\": [\n{}\n  ]\n}}\n",
+        items.join(",\n")
+    )
 }
 
 pub fn cmd(mut args: Args) -> Result<i32> {
@@ -155,7 +209,7 @@ pub fn cmd(mut args: Args) -> Result<i32> {
         bail!("benchmark guest run failed (status {status})");
     }
     let samples = parse(&run.console);
-    let rows = summarize(&samples)?;
+    let rows = summarize(&samples, &parse_complete(&run.console))?;
     let t = table(&rows);
     println!("\n==================== fctrace overhead benchmark (ratios: traced / untraced time)");
     print!("{t}");
@@ -172,11 +226,13 @@ mod tests {
 
     const OUT: &str = "\
 [    1.0] noise
-BENCH mode=none rep=1 other_ns=1000 traced_ns=2000 events=0 lost=0
-BENCH mode=none rep=2 other_ns=1000 traced_ns=2000 events=0 lost=0
-BENCH mode=fctrace rep=1 other_ns=1010 traced_ns=8000 events=300 lost=0
-BENCH mode=fctrace rep=2 other_ns=1030 traced_ns=6000 events=300 lost=0
-BENCH mode=ftrace rep=1 other_ns=1500 traced_ns=4000 events=280 lost=2
+BENCH mode=none rep=1 other_ns=1000 pingpong_ns=500 traced_ns=2000 ops=100
+BENCH mode=none rep=2 other_ns=1000 pingpong_ns=500 traced_ns=2000 ops=100
+BENCH mode=fctrace rep=1 other_ns=1010 pingpong_ns=500 traced_ns=8000 ops=10
+BENCH mode=fctrace rep=2 other_ns=1030 pingpong_ns=510 traced_ns=6000 ops=20
+BENCHC mode=fctrace calls=3000 roots=100 lost=0
+BENCH mode=ftrace rep=1 other_ns=1500 pingpong_ns=750 traced_ns=4000 ops=10
+BENCHC mode=ftrace calls=1300 roots=100 lost=2
 BENCH done
 ";
 
@@ -184,21 +240,30 @@ BENCH done
     fn parses_and_summarizes() {
         let s = parse(OUT);
         assert_eq!(s.len(), 5);
-        let rows = summarize(&s).unwrap();
+        let c = parse_complete(OUT);
+        assert_eq!(c.len(), 2);
+        let rows = summarize(&s, &c).unwrap();
         assert_eq!(rows.len(), 3);
         let f = &rows[1];
         assert_eq!(f.mode, "fctrace");
         assert!((f.other.mean - 1.02).abs() < 1e-9);
         assert!((f.other.min - 1.01).abs() < 1e-9 && (f.other.max - 1.03).abs() < 1e-9);
+        assert!((f.pingpong.mean - 1.01).abs() < 1e-9);
         assert!((f.traced.mean - 3.5).abs() < 1e-9);
-        assert_eq!(rows[2].lost, 2);
+        assert_eq!(f.complete, Some((30.0, 0)));
+        assert!((rows[2].pingpong.mean - 1.5).abs() < 1e-9);
+        assert_eq!(rows[2].complete, Some((13.0, 2)));
+        assert_eq!(rows[0].complete, None);
         let j = json(&rows);
         assert!(j.contains("\"tracer\": \"ftrace\""));
-        assert!(table(&rows).contains("fctrace"));
+        assert!(j.contains("\"other_pingpong_ratio\": {\"mean\": 1.5000"));
+        assert!(j.contains("\"calls_per_read\": 13.00, \"lost\": 2"));
+        let t = table(&rows);
+        assert!(t.contains("fctrace") && t.contains("30.0"));
     }
 
     #[test]
     fn no_baseline_is_an_error() {
-        assert!(summarize(&parse("BENCH mode=fctrace rep=1 other_ns=1 traced_ns=1")).is_err());
+        assert!(summarize(&parse("BENCH mode=fctrace rep=1 other_ns=1 pingpong_ns=1 traced_ns=1"), &[]).is_err());
     }
 }
