@@ -69,8 +69,14 @@ int fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool irqs,
 	 * ftrace_lock): a task holding its mm's mmap_lock must not arm synchronously
 	 * (lockdep reports it; it is a real deadlock if a thread of the same process
 	 * writes an ftrace file meanwhile). Checked conservatively: held by anyone.
+	 *
+	 * A task that set its state to sleep (set_current_state() before the check of a
+	 * wait loop, e.g. in do_wait()) must not block elsewhere first: that would lose
+	 * its state (and might_sleep() warns, "do not call blocking ops when
+	 * !TASK_RUNNING").
 	 */
 	*sleepable = !(pc & (PREEMPT_MASK | SOFTIRQ_MASK)) &&
+		     READ_ONCE(current->__state) == TASK_RUNNING &&
 		     (regs->flags & X86_EFLAGS_IF) &&
 		     !rcu_preempt_depth() && !pagefault_disabled() &&
 		     !(current->flags & (PF_EXITING | PF_MEMALLOC)) &&
