@@ -1,6 +1,8 @@
-//! `cargo xtask test [PATTERN] [--timeout SECS]`:
+//! `cargo xtask test [PATTERN] [--debug] [--jobs N] [--timeout SECS]`:
 //! 1. `cargo test --workspace` on the host (env `FCTRACE_VMLINUX=<KDIR>/vmlinux`);
-//! 2. boot the guest with `/selftests/fctracetest [PATTERN]` as the script;
+//! 2. boot the guest with `/selftests/fctracetest [PATTERN]` as the script; with
+//!    `--jobs N`, N guests side by side, guest i running every Nth test from the i-th
+//!    (`fctrace.shard=i/N` on its command line; consoles in `console-i.log`);
 //! 3. parse the KTAP output, print a summary and a last line
 //!    `fctrace: N passed, N failed, N skipped`.
 //!
@@ -17,6 +19,10 @@ use crate::vm::{self, VmOpts};
 pub fn cmd(mut args: Args) -> Result<i32> {
     let debug = args.flag("--debug");
     crate::kernel::set_debug(debug);
+    let jobs: u32 = args.opt_num("--jobs")?.unwrap_or(1);
+    if !(1..=8).contains(&jobs) {
+        return Err("--jobs: 1 to 8 guests".into());
+    }
     let mut opts = VmOpts::from_args(&mut args)?;
     // The debug kernel (KASAN + lockdep, emulated) runs the same tests about
     // 8x slower: scale the per-test and whole-run timeouts unless given.
@@ -58,16 +64,40 @@ pub fn cmd(mut args: Args) -> Result<i32> {
     };
     write!(
         script,
-        "#!/bin/sh\ncd /selftests || exit 1\nexport FCTRACE_TEST_TIMEOUT={per_test}\n{debug_env}exec sh ./fctracetest{arg}\n"
+        "#!/bin/sh\ncd /selftests || exit 1\nexport FCTRACE_TEST_TIMEOUT={per_test}\n{debug_env}{SHARD_FROM_CMDLINE}exec sh ./fctracetest{arg}\n"
     )?;
     script.flush()?;
     let (kdir, initrd) = vm::prepare(true, Some(script.path()))?;
-    let run = vm::run_script(&kdir, &initrd, &opts)?;
-    let problems = vm::print_reports(&kdir, &run.reports);
+    let runs: Vec<vm::VmRun> = if jobs == 1 {
+        vec![vm::run_script(&kdir, &initrd, &opts)?]
+    } else {
+        let (kdir, initrd, opts) = (&kdir, &initrd, &opts);
+        std::thread::scope(|sc| {
+            let handles: Vec<_> = (1..=jobs)
+                .map(|i| {
+                    sc.spawn(move || {
+                        let log = out_dir().join(format!("console-{i}.log"));
+                        // (the error as text: a boxed error cannot leave the thread)
+                        vm::run_script_with(kdir, initrd, opts, &format!("fctrace.shard={i}/{jobs}"), &log)
+                            .map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("a guest thread panicked".to_string())))
+                .collect::<std::result::Result<Vec<_>, String>>()
+        })?
+    };
+    let reports: Vec<_> = runs.iter().flat_map(|r| r.reports.iter().cloned()).collect();
+    let problems = vm::print_reports(&kdir, &reports);
 
     // 3. summary
-    let k = parse_ktap(&run.console);
+    let ktaps: Vec<Ktap> = runs.iter().map(|r| parse_ktap(&r.console)).collect();
+    let k = Ktap::merge(ktaps);
     let s = k.summary();
+    let exited_ok = runs.iter().all(|r| r.exit == Some(0));
+    let exited = runs.iter().all(|r| r.exit.is_some());
     println!();
     println!("==================== fctrace test summary");
     println!(
@@ -87,25 +117,26 @@ pub fn cmd(mut args: Args) -> Result<i32> {
     }
     if !k.started {
         println!("selftests: the runner produced no KTAP output");
-    } else if !k.totals_seen || run.exit.is_none() {
+    } else if !k.totals_seen || !exited {
         println!("selftests: the runner did not finish");
-    } else if run.exit != Some(0) && s.failed == 0 {
-        println!("selftests: runner exited with status {:?}", run.exit);
+    } else if !exited_ok && s.failed == 0 {
+        let st: Vec<_> = runs.iter().map(|r| r.exit).collect();
+        println!("selftests: runner exited with status {st:?}");
     }
     if problems {
-        println!(
-            "kernel problems in the guest console: {} (see above)",
-            run.reports.len()
-        );
+        println!("kernel problems in the guest console: {} (see above)", reports.len());
     }
-    println!("console log: {}", out_dir().join("console.log").display());
+    if jobs == 1 {
+        println!("console log: {}", out_dir().join("console.log").display());
+    } else {
+        println!("console logs: {}", out_dir().join("console-{1..N}.log").display());
+    }
     println!(
         "fctrace: {} passed, {} failed, {} skipped",
         s.passed, s.failed, s.skipped
     );
 
-    let ok =
-        host_ok && s.failed == 0 && k.started && k.totals_seen && run.exit == Some(0) && !problems;
+    let ok = host_ok && s.failed == 0 && k.started && k.totals_seen && exited_ok && !problems;
     Ok(if ok { 0 } else { 1 })
 }
 
@@ -128,7 +159,41 @@ pub struct Ktap {
     pub failed_names: Vec<(usize, String)>,
 }
 
+/// The guest script's way to its shard: `fctrace.shard=i/N` on the kernel command line
+/// becomes `FCTRACE_SHARD` for `fctracetest`.
+const SHARD_FROM_CMDLINE: &str =
+    "FCTRACE_SHARD=$(tr ' ' '\\n' < /proc/cmdline | sed -n 's/^fctrace\\.shard=//p')\nexport FCTRACE_SHARD\n";
+
 impl Ktap {
+    /// The results of guests that ran parts of one test list, as one run: counts add up,
+    /// it started and finished only if every part did.
+    pub fn merge(parts: Vec<Ktap>) -> Ktap {
+        let mut parts = parts.into_iter();
+        let Some(mut k) = parts.next() else { return Ktap::default() };
+        for p in parts {
+            k.started &= p.started;
+            k.totals_seen &= p.totals_seen;
+            k.plan = match (k.plan, p.plan) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+            k.results += p.results;
+            k.parsed.passed += p.parsed.passed;
+            k.parsed.failed += p.parsed.failed;
+            k.parsed.skipped += p.parsed.skipped;
+            k.totals = match (k.totals.take(), p.totals) {
+                (Some(a), Some(b)) => Some(Summary {
+                    passed: a.passed + b.passed,
+                    failed: a.failed + b.failed,
+                    skipped: a.skipped + b.skipped,
+                }),
+                _ => None,
+            };
+            k.failed_names.extend(p.failed_names);
+        }
+        k
+    }
+
     /// Counts: the runner's `# Totals:` line when present (robust against
     /// kernel messages that garble a result line); otherwise the parsed
     /// result lines, with planned-but-missing tests counted as failed.
@@ -286,6 +351,22 @@ FCTRACE-EXIT: 1
                 skipped: 0
             }
         );
+    }
+
+    #[test]
+    fn shards_merge() {
+        let a = parse_ktap("KTAP version 1\n1..2\nok 1 a: a\nnot ok 2 c: c\n# Totals: pass:1 fail:1 skip:0\n");
+        let b = parse_ktap("KTAP version 1\n1..1\nok 1 b: b # SKIP x\n# Totals: pass:0 fail:0 skip:1\n");
+        let k = Ktap::merge(vec![a, b]);
+        assert!(k.started && k.totals_seen);
+        assert_eq!(k.plan, Some(3));
+        assert_eq!(k.summary(), Summary { passed: 1, failed: 1, skipped: 1 });
+        assert_eq!(k.failed_names.len(), 1);
+        // a shard that did not finish makes the whole run unfinished
+        let c = parse_ktap("KTAP version 1\n1..2\nok 1 d: d\n");
+        let k = Ktap::merge(vec![parse_ktap("KTAP version 1\n1..1\nok 1 a: a\n# Totals: pass:1 fail:0 skip:0\n"), c]);
+        assert!(!k.totals_seen);
+        assert_eq!(k.summary(), Summary { passed: 2, failed: 1, skipped: 0 });
     }
 
     #[test]

@@ -136,12 +136,22 @@ fn interactive(kdir: &Path, initrd: &Path, opts: &VmOpts) -> Result<i32> {
 /// Boot with the script baked into `initrd` (see [`prepare`]) and collect
 /// its status and the console.
 pub fn run_script(kdir: &Path, initrd: &Path, opts: &VmOpts) -> Result<VmRun> {
-    let append = format!(
+    run_script_with(kdir, initrd, opts, "", &out_dir().join("console.log"))
+}
+
+/// [`run_script`] with more kernel command line (`extra`, read by the guest script from
+/// `/proc/cmdline`) and the console saved to `log`: for guests that run side by side.
+pub fn run_script_with(kdir: &Path, initrd: &Path, opts: &VmOpts, extra: &str, log: &Path) -> Result<VmRun> {
+    let mut append = format!(
         "{BASE_APPEND} fctrace.script={}",
         crate::initramfs::GUEST_SCRIPT
     );
+    if !extra.is_empty() {
+        append.push(' ');
+        append.push_str(extra);
+    }
     let c = qemu(kdir, initrd, opts, &append, false);
-    let log = out_dir().join("console.log");
+    let log = log.to_path_buf();
     let s = run_streaming(c, opts.timeout, Some(&log))?;
     let exit = parse_exit(&s.output);
     let reports = scan::scan(&s.output);
