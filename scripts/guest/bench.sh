@@ -2,7 +2,9 @@
 # fctrace overhead benchmark (run in the guest by `cargo xtask bench`).
 #
 # For each mode (none; fctrace; fctrace-nosched: fctrace with the scheduler hidden by the
-# filter '!__schedule', so it is never armed; ftrace function_graph):
+# filter '!__schedule', so it is never armed; fctrace-lean: that, and disarm_after 1, so
+# functions the traced task stopped entering are disarmed within about two seconds;
+# ftrace function_graph):
 #
 # Throughput, after a warm-up run, $REPS times: a busy process B reads /proc/version in
 # a loop, traced from vfs_read by the mode's tracer (fctrace: set_pid; ftrace:
@@ -11,11 +13,12 @@
 #   same:     $N_OTHER of the same reads (the code B runs: the worst case for fctrace,
 #             whose breakpoints sit in exactly that code);
 #   pingpong: $N_PP round trips of a pipe ping-pong between two processes (other code,
-#             apart from the read/write system call layer).
+#             apart from the read/write system call layer and the scheduler);
+#   stat:     $N_STAT stat() calls on a tmpfs file (other system calls, none of B's code).
 # Then B is stopped. One line per run:
-#   BENCH mode=M rep=R other_ns=.. pingpong_ns=.. traced_ns=.. ops=..
-# (other_ns, pingpong_ns: the other tasks' times; traced_ns: B's time per read; ops: B's
-# reads.)
+#   BENCH mode=M rep=R other_ns=.. pingpong_ns=.. stat_ns=.. traced_ns=.. ops=..
+# (other_ns, pingpong_ns, stat_ns: the other tasks' times; traced_ns: B's time per read;
+# ops: B's reads.)
 #
 # Completeness, once: B does $N_COMPLETE reads alone, traced; in the tracer's trace
 # (16 MiB per CPU: room for all), count function entries ("f() {" and "f();" lines) and
@@ -27,6 +30,7 @@ T=/sys/kernel/tracing
 REPS=${REPS:-3}
 N_OTHER=${N_OTHER:-20000}
 N_PP=${N_PP:-5000}
+N_STAT=${N_STAT:-20000}
 N_COMPLETE=${N_COMPLETE:-300}
 export FCT_GATE=/tmp/fct_go
 
@@ -48,7 +52,8 @@ lost_now() {
 start_tracer() { # mode
     case $1 in
     fctrace*)
-        if [ $1 = fctrace-nosched ]; then echo '!__schedule' > $F/filter; else echo > $F/filter; fi
+        if [ $1 = fctrace ]; then echo > $F/filter; else echo '!__schedule' > $F/filter; fi
+        if [ $1 = fctrace-lean ]; then echo 1 > $F/disarm_after; else echo 30 > $F/disarm_after; fi
         # Tracing stays on across the runs (a parked traced process), so what the
         # warm-up run arms stays armed: the steady state of a long trace.
         echo 16384 > $F/buffer_size_kb
@@ -72,7 +77,8 @@ stop_tracer() { # mode
     fctrace*)
         kill $PARK; wait $PARK 2>/dev/null
         echo > $F/set_pid
-        echo > $F/filter ;;
+        echo > $F/filter
+        echo 30 > $F/disarm_after ;;
     ftrace)
         echo 0 > $T/tracing_on
         echo nop > $T/current_tracer
@@ -104,13 +110,14 @@ run() { # mode rep [quiet]
     touch $FCT_GATE
     FCT_NOGATE=1 fct_bench $N_OTHER > /tmp/o.out
     fct_pingpong $N_PP > /tmp/p.out
+    FCT_NOGATE=1 FCT_BENCH_OP=stat fct_bench $N_STAT /tmp/stat.file > /tmp/s.out
     kill -USR1 $B
     wait $B
     [ "$1" = ftrace ] && echo 0 > $T/tracing_on
     [ "$3" = quiet ] && return 0
     ops=$(kv ops /tmp/b.out)
     echo "BENCH mode=$1 rep=$2 other_ns=$(kv ns /tmp/o.out) pingpong_ns=$(kv ns /tmp/p.out)" \
-        "traced_ns=$(($(kv ns /tmp/b.out) / ops)) ops=$ops"
+        "stat_ns=$(kv ns /tmp/s.out) traced_ns=$(($(kv ns /tmp/b.out) / ops)) ops=$ops"
 }
 
 complete() { # mode
@@ -133,7 +140,8 @@ complete() { # mode
     echo "BENCHC mode=$1 calls=$calls roots=$roots lost=$(($(lost_now "$1") - l0))"
 }
 
-for mode in none fctrace fctrace-nosched ftrace; do
+echo data > /tmp/stat.file
+for mode in none fctrace fctrace-nosched fctrace-lean ftrace; do
     start_tracer $mode
     run $mode 0 quiet   # warm-up: arming, caches
     r=1

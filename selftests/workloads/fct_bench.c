@@ -2,12 +2,15 @@
 /*
  * fct_bench N [FILE]: N small reads of FILE (default /proc/version), each a pread() of the
  * start of the file, then prints "ns <elapsed nanoseconds>" and "ops <reads done>".
- * With N = 0 it reads until SIGUSR1 arrives. Used by `cargo xtask bench` both as the
- * traced busy process (N = 0, stopped when the other tasks are done) and as the untraced
- * "other task". Waits at the start gate (fct_gate.h) unless FCT_NOGATE is set.
+ * With N = 0 it reads until SIGUSR1 arrives. With FCT_BENCH_OP=stat it stat()s FILE
+ * instead of reading it. Used by `cargo xtask bench` both as the traced busy process
+ * (N = 0, stopped when the other tasks are done) and as the untraced "other tasks".
+ * Waits at the start gate (fct_gate.h) unless FCT_NOGATE is set.
  */
 #include <fcntl.h>
 #include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -48,9 +51,17 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	t0 = now_ns();
-	for (i = 0; n ? i < n : !stop; i++)
-		if (pread(fd, buf, sizeof(buf), 0) < 0)
-			return 1;
+	if (getenv("FCT_BENCH_OP") && !strcmp(getenv("FCT_BENCH_OP"), "stat")) {
+		struct stat st;
+
+		for (i = 0; n ? i < n : !stop; i++)
+			if (stat(file, &st))
+				return 1;
+	} else {
+		for (i = 0; n ? i < n : !stop; i++)
+			if (pread(fd, buf, sizeof(buf), 0) < 0)
+				return 1;
+	}
 	printf("ns %lld\nops %ld\n", now_ns() - t0, i);
 	return 0;
 }

@@ -1,12 +1,15 @@
 //! `cargo xtask bench [--reps N] [--timeout SECS] [--smp N] [--mem MB]`: the overhead
 //! benchmark. Boots the guest with `scripts/guest/bench.sh`, which runs a busy process
-//! traced from `vfs_read` by fctrace, by ftrace's function_graph (set_ftrace_pid), and by
-//! nothing, while untraced processes do the same small reads (the traced code), then a
-//! pipe ping-pong (other code). Prints, per tracer, the ratios traced/untraced of the other
-//! tasks' times and of the traced process's time per read (mean, min, max over the
-//! repetitions), and from a separate run of a few hundred traced reads the calls seen per
-//! read and the events lost, and writes them as JSON to `target/fctrace/bench.json`.
-//! `fctrace-nosched` is fctrace with the scheduler hidden (filter `!__schedule`). The guest is emulated: ratios are what count.
+//! traced from `vfs_read` by fctrace, by fctrace with the scheduler hidden (filter
+//! `!__schedule`; "lean": and `disarm_after` 1), by ftrace's function_graph
+//! (set_ftrace_pid), and by nothing, while
+//! untraced processes do the same small reads (the traced code), then a pipe ping-pong
+//! (other code, the same system call layer), then `stat()` calls (other code). Prints,
+//! per tracer, the ratios traced/untraced of the other tasks' times and of the traced
+//! process's time per read (mean, min, max over the repetitions), and from a separate run
+//! of a few hundred traced reads the calls seen per read and the events lost, and writes
+//! them as JSON to `target/fctrace/bench.json`. The guest is emulated: ratios are what
+//! count.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -21,6 +24,8 @@ pub struct Sample {
     pub other_ns: f64,
     /// The other tasks running other code (pipe ping-pong), total ns.
     pub pingpong_ns: f64,
+    /// The other task making other system calls (stat), total ns.
+    pub stat_ns: f64,
     /// The traced process, ns per read.
     pub traced_ns: f64,
 }
@@ -42,17 +47,19 @@ fn fields(line: &str, tag: &str) -> Option<BTreeMap<String, String>> {
     Some(rest.split_whitespace().filter_map(|t| t.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect())
 }
 
-/// Parses `BENCH mode=.. rep=.. other_ns=.. pingpong_ns=.. traced_ns=.. ops=..` lines.
+/// Parses `BENCH mode=.. rep=.. other_ns=.. pingpong_ns=.. stat_ns=.. traced_ns=.. ops=..`
+/// lines.
 pub fn parse(console: &str) -> Vec<Sample> {
     let mut out = Vec::new();
     for line in console.lines() {
         let Some(kv) = fields(line, "BENCH") else { continue };
         let num = |k: &str| kv.get(k).and_then(|v| v.parse::<f64>().ok());
-        let (Some(mode), Some(o), Some(p), Some(t)) = (kv.get("mode"), num("other_ns"), num("pingpong_ns"), num("traced_ns"))
+        let (Some(mode), Some(o), Some(p), Some(st), Some(t)) =
+            (kv.get("mode"), num("other_ns"), num("pingpong_ns"), num("stat_ns"), num("traced_ns"))
         else {
             continue;
         };
-        out.push(Sample { mode: mode.clone(), other_ns: o, pingpong_ns: p, traced_ns: t });
+        out.push(Sample { mode: mode.clone(), other_ns: o, pingpong_ns: p, stat_ns: st, traced_ns: t });
     }
     out
 }
@@ -103,6 +110,8 @@ pub struct Row {
     pub other: Ratio,
     /// Other tasks running other code.
     pub pingpong: Ratio,
+    /// Other task making other system calls.
+    pub stat: Ratio,
     pub traced: Ratio,
     /// Calls seen per traced read, and events lost (completeness run).
     pub complete: Option<(f64, u64)>,
@@ -117,7 +126,7 @@ pub fn summarize(samples: &[Sample], complete: &[Complete]) -> Result<Vec<Row>> 
     }
     let col = |s: &[Sample], f: fn(&Sample) -> f64| s.iter().map(f).collect::<Vec<f64>>();
     let mut rows = Vec::new();
-    for m in ["none", "fctrace", "fctrace-nosched", "ftrace"] {
+    for m in ["none", "fctrace", "fctrace-nosched", "fctrace-lean", "ftrace"] {
         let s = of(m);
         if s.is_empty() {
             continue;
@@ -128,6 +137,7 @@ pub fn summarize(samples: &[Sample], complete: &[Complete]) -> Result<Vec<Row>> 
             reps: s.len(),
             other: r(|x| x.other_ns)?,
             pingpong: r(|x| x.pingpong_ns)?,
+            stat: r(|x| x.stat_ns)?,
             traced: r(|x| x.traced_ns)?,
             complete: complete
                 .iter()
@@ -142,8 +152,8 @@ pub fn table(rows: &[Row]) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "{:<15} {:>4}  {:>24}  {:>24}  {:>24}  {:>10}  {:>7}",
-        "tracer", "reps", "other: same code", "other: pipe ping-pong", "traced task", "calls/read", "lost"
+        "{:<15} {:>4}  {:>24}  {:>24}  {:>24}  {:>24}  {:>10}  {:>7}",
+        "tracer", "reps", "other: same code", "other: pipe ping-pong", "other: stat()", "traced task", "calls/read", "lost"
     );
     let cell = |r: &Ratio| format!("{:.3} [{:.3}-{:.3}]", r.mean, r.min, r.max);
     for r in rows {
@@ -153,11 +163,12 @@ pub fn table(rows: &[Row]) -> String {
         };
         let _ = writeln!(
             t,
-            "{:<15} {:>4}  {:>24}  {:>24}  {:>24}  {:>10}  {:>7}",
+            "{:<15} {:>4}  {:>24}  {:>24}  {:>24}  {:>24}  {:>10}  {:>7}",
             r.mode,
             r.reps,
             cell(&r.other),
             cell(&r.pingpong),
+            cell(&r.stat),
             cell(&r.traced),
             calls,
             lost
@@ -165,7 +176,8 @@ pub fn table(rows: &[Row]) -> String {
     }
     let _ = writeln!(t, "(times as multiples of the untraced run: mean [min-max] over the repetitions;");
     let _ = writeln!(t, " calls/read and lost: a separate run of 300 traced reads; fctrace-nosched: the filter");
-    let _ = writeln!(t, " '!__schedule' hides the scheduler, which is then never armed)");
+    let _ = writeln!(t, " '!__schedule' hides the scheduler, which is then never armed; fctrace-lean: that and");
+    let _ = writeln!(t, " disarm_after 1)");
     t
 }
 
@@ -179,13 +191,13 @@ pub fn json(rows: &[Row]) -> String {
                 None => ("null".into(), "null".into()),
             };
             format!(
-                "    {{\"tracer\": \"{}\", \"reps\": {}, \"other_same_code_ratio\": {}, \"other_pingpong_ratio\": {}, \"traced_task_ratio\": {}, \"calls_per_read\": {}, \"lost\": {}}}",
-                r.mode, r.reps, ratio(&r.other), ratio(&r.pingpong), ratio(&r.traced), calls, lost
+                "    {{\"tracer\": \"{}\", \"reps\": {}, \"other_same_code_ratio\": {}, \"other_pingpong_ratio\": {}, \"other_stat_ratio\": {}, \"traced_task_ratio\": {}, \"calls_per_read\": {}, \"lost\": {}}}",
+                r.mode, r.reps, ratio(&r.other), ratio(&r.pingpong), ratio(&r.stat), ratio(&r.traced), calls, lost
             )
         })
         .collect();
     format!(
-        "{{\n  \"workload\": \"traced: pread of /proc/version in a loop, traced from vfs_read; other tasks: the same preads, then a pipe ping-pong\",\n  \"results\": [\n{}\n  ]\n}}\n",
+        "{{\n  \"workload\": \"traced: pread of /proc/version in a loop, traced from vfs_read; other tasks: the same preads, then a pipe ping-pong, then stat() calls\",\n  \"results\": [\n{}\n  ]\n}}\n",
         items.join(",\n")
     )
 }
@@ -226,12 +238,12 @@ mod tests {
 
     const OUT: &str = "\
 [    1.0] noise
-BENCH mode=none rep=1 other_ns=1000 pingpong_ns=500 traced_ns=2000 ops=100
-BENCH mode=none rep=2 other_ns=1000 pingpong_ns=500 traced_ns=2000 ops=100
-BENCH mode=fctrace rep=1 other_ns=1010 pingpong_ns=500 traced_ns=8000 ops=10
-BENCH mode=fctrace rep=2 other_ns=1030 pingpong_ns=510 traced_ns=6000 ops=20
+BENCH mode=none rep=1 other_ns=1000 pingpong_ns=500 stat_ns=100 traced_ns=2000 ops=100
+BENCH mode=none rep=2 other_ns=1000 pingpong_ns=500 stat_ns=100 traced_ns=2000 ops=100
+BENCH mode=fctrace rep=1 other_ns=1010 pingpong_ns=500 stat_ns=100 traced_ns=8000 ops=10
+BENCH mode=fctrace rep=2 other_ns=1030 pingpong_ns=510 stat_ns=101 traced_ns=6000 ops=20
 BENCHC mode=fctrace calls=3000 roots=100 lost=0
-BENCH mode=ftrace rep=1 other_ns=1500 pingpong_ns=750 traced_ns=4000 ops=10
+BENCH mode=ftrace rep=1 other_ns=1500 pingpong_ns=750 stat_ns=200 traced_ns=4000 ops=10
 BENCHC mode=ftrace calls=1300 roots=100 lost=2
 BENCH done
 ";
@@ -252,6 +264,7 @@ BENCH done
         assert!((f.traced.mean - 3.5).abs() < 1e-9);
         assert_eq!(f.complete, Some((30.0, 0)));
         assert!((rows[2].pingpong.mean - 1.5).abs() < 1e-9);
+        assert!((rows[2].stat.mean - 2.0).abs() < 1e-9 && (f.stat.max - 1.01).abs() < 1e-9);
         assert_eq!(rows[2].complete, Some((13.0, 2)));
         assert_eq!(rows[0].complete, None);
         let j = json(&rows);
@@ -264,6 +277,6 @@ BENCH done
 
     #[test]
     fn no_baseline_is_an_error() {
-        assert!(summarize(&parse("BENCH mode=fctrace rep=1 other_ns=1 pingpong_ns=1 traced_ns=1"), &[]).is_err());
+        assert!(summarize(&parse("BENCH mode=fctrace rep=1 other_ns=1 pingpong_ns=1 stat_ns=1 traced_ns=1"), &[]).is_err());
     }
 }
