@@ -70,6 +70,12 @@ int fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool irqs,
 	 * (lockdep reports it; it is a real deadlock if a thread of the same process
 	 * writes an ftrace file meanwhile). Checked conservatively: held by anyone.
 	 *
+	 * More generally, arming takes kprobe_mutex and cpu_hotplug_lock, so a task holding
+	 * a lock that is taken inside cpu_hotplug_lock somewhere (pcpu_alloc_mutex in
+	 * fork's percpu counters, found by lockdep) must not arm: with lockdep, a task
+	 * holding any lock does not. Without lockdep fctrace cannot see sleeping locks
+	 * (see Documentation/fctrace.rst, Known problems); mmap_lock is checked by hand.
+	 *
 	 * A task that set its state to sleep (set_current_state() before the check of a
 	 * wait loop, e.g. in do_wait()) must not block elsewhere first: that would lose
 	 * its state (and might_sleep() warns, "do not call blocking ops when
@@ -77,6 +83,7 @@ int fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool irqs,
 	 */
 	*sleepable = !(pc & (PREEMPT_MASK | SOFTIRQ_MASK)) &&
 		     READ_ONCE(current->__state) == TASK_RUNNING &&
+		     !lockdep_depth(current) &&
 		     (regs->flags & X86_EFLAGS_IF) &&
 		     !rcu_preempt_depth() && !pagefault_disabled() &&
 		     !(current->flags & (PF_EXITING | PF_MEMALLOC)) &&
