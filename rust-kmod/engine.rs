@@ -331,6 +331,8 @@ pub(crate) struct State {
     /// arm ahead (0 = free slot). Written by handlers, drained by the work item.
     wanted: [AtomicU64; WANTED],
     wanted_next: AtomicUsize,
+    /// The work item is arming what it took from `wanted` (counted as pending).
+    ahead_busy: AtomicBool,
     /// Entries in use in `table` (written under `ctl`).
     table_used: AtomicUsize,
     tasks: KVVec<TaskSlot>,
@@ -383,6 +385,7 @@ impl StateHandle {
                 table,
                 wanted: [const { AtomicU64::new(0) }; WANTED],
                 wanted_next: AtomicUsize::new(0),
+                ahead_busy: AtomicBool::new(false),
                 table_used: AtomicUsize::new(0),
                 tasks,
                 irq_slots,
@@ -1025,9 +1028,12 @@ impl State {
         unsafe { bindings::fctrace_schedule_sync() };
     }
 
-    /// Functions queued for arming ahead and not armed yet (for `stats`).
+    /// Functions queued for arming ahead and not armed yet, plus one while the work item
+    /// is arming a batch it took from the queue (for `stats`: 0 means arming ahead is
+    /// done; on a slow kernel a batch takes seconds).
     pub(crate) fn ahead_pending(&self) -> usize {
         self.wanted.iter().filter(|w| w.load(Ordering::Relaxed) != 0).count()
+            + usize::from(self.ahead_busy.load(Ordering::Acquire))
     }
 
     /// Arms what handlers queued, with the closure of its direct callees (the calls it
@@ -2093,7 +2099,9 @@ pub(crate) extern "C" fn fctrace_sync_work() {
         st.deactivate(&mut ctl);
         return;
     }
+    st.ahead_busy.store(true, Ordering::Release);
     st.arm_ahead(&mut ctl);
+    st.ahead_busy.store(false, Ordering::Release);
 }
 
 /// Called from the module's delayed work item: lazy disarming of idle functions.
