@@ -23,7 +23,7 @@ use crate::record::{Kind, Reason, Record, F_DURATION, F_INDIRECT, F_IRQ, F_RETVA
 use core::cell::UnsafeCell;
 use core::pin::Pin;
 use kernel::ffi::c_int;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use kernel::alloc::{KVVec, KVec};
 use kernel::prelude::*;
 use kernel::sync::Mutex;
@@ -135,8 +135,9 @@ pub(crate) enum Hook {
     /// The entry of an interrupt handler (`irqs` option): opens an interrupt's tree when
     /// a traced task is current. With the function's start address.
     IrqRoot(Ctx, u64),
-    /// The body of `__schedule()`: a traced task preempted at a `preempt_enable()`, inside
-    /// a preemption thunk (see [`PREEMPT_THUNKS`]), enters the scheduler.
+    /// A `call __schedule` of the preemption path: a traced task preempted at a
+    /// `preempt_enable()`, inside a preemption thunk (see [`PREEMPT_THUNKS`]), enters the
+    /// scheduler.
     Preempt,
 }
 
@@ -151,10 +152,11 @@ pub(crate) enum Hook {
 static PREEMPT_THUNKS: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
 /// `__schedule()`.
 static SCHED_ADDR: AtomicU64 = AtomicU64::new(0);
-/// Where the [`Hook::Preempt`] int3 probes are (0 = none), with the byte each replaced
-/// in bits 56..64: arming a function that contains one decodes its code with that byte
-/// put back.
+/// Where the [`Hook::Preempt`] int3 probes are (0 = none), and the byte each replaced:
+/// arming a function that contains one (`__cond_resched()` calls
+/// `preempt_schedule_common()`) decodes its code with that byte put back.
 static PREEMPT_HOOKS: [AtomicU64; MAX_PREEMPT_HOOKS] = [const { AtomicU64::new(0) }; MAX_PREEMPT_HOOKS];
+static PREEMPT_HOOK_BYTES: [AtomicU8; MAX_PREEMPT_HOOKS] = [const { AtomicU8::new(0) }; MAX_PREEMPT_HOOKS];
 const MAX_PREEMPT_HOOKS: usize = 4;
 
 fn is_preempt_thunk(f: u64) -> bool {
@@ -1068,10 +1070,7 @@ impl State {
                 // Armed already (through the trampoline, or at the depth limit of an
                 // earlier round): its callees are not, necessarily, and run in the same
                 // atomic context; walk on through it.
-                ST_ARMED if level < AHEAD_DEPTH => {
-                    let e = self.find(t);
-                    ctl.funcs.iter().find(|f| Some(f.entry) == e)
-                }
+                ST_ARMED if level < AHEAD_DEPTH => self.armed_func(ctl, t).map(|f| &*f),
                 _ => continue,
             };
             if level >= AHEAD_DEPTH {
@@ -1439,13 +1438,12 @@ impl State {
         }
         let end = start + size;
         // Our own int3 hooks on the preemption path are not someone else's breakpoints.
-        for h in PREEMPT_HOOKS.iter() {
-            let h = h.load(Ordering::Relaxed);
-            let at = h & ((1 << 56) - 1) | (0xff << 56);
-            if h != 0 && at >= start && at < end {
+        for (h, byte) in PREEMPT_HOOKS.iter().zip(PREEMPT_HOOK_BYTES.iter()) {
+            let at = h.load(Ordering::Relaxed);
+            if at != 0 && at >= start && at < end {
                 if let Some(b) = code.get_mut((at - start) as usize) {
                     if *b == 0xcc {
-                        *b = (h >> 56) as u8;
+                        *b = byte.load(Ordering::Relaxed);
                     }
                 }
             }
@@ -1643,13 +1641,18 @@ impl State {
         }
     }
 
+    /// The armed function starting at `func`, in `ctl.funcs`.
+    fn armed_func<'a>(&self, ctl: &'a mut Control, func: u64) -> Option<&'a mut Func> {
+        let e = self.find(func)?;
+        ctl.funcs.iter_mut().find(|f| f.entry == e)
+    }
+
     /// Arms one interrupt entry function (pinned: never disarmed lazily, its entry hook
     /// opens frames) and hooks its entry.
     fn add_irq_root(&self, ctl: &mut Control, name: &'static CStr, ctx: Ctx) -> Option<()> {
         let (func, _) = crate::control::resolve(name).ok()?;
         if self.lookup(func) == ST_ARMED {
-            let e = self.find(func);
-            ctl.funcs.iter_mut().find(|f| Some(f.entry) == e)?.pinned = true;
+            self.armed_func(ctl, func)?.pinned = true;
         } else if self.arm_as(ctl, func, true) != ST_ARMED {
             return None;
         }
@@ -1844,17 +1847,17 @@ fn resolve_preemption() -> [u64; MAX_PREEMPT_HOOKS] {
     if n == 0 {
         return none;
     }
-    for (h, &a) in PREEMPT_HOOKS.iter().zip(at.iter()) {
-        if a == 0 {
-            continue;
-        }
-        let mut byte = 0u8;
-        // SAFETY: the source is checked and never faults; `byte` is a local of that size.
-        let r = unsafe { bindings::copy_from_kernel_nofault((&mut byte as *mut u8).cast(), a as *const _, 1) };
-        if r != 0 || byte == 0xcc {
+    let mut bytes = [0u8; MAX_PREEMPT_HOOKS];
+    for (b, &a) in bytes.iter_mut().zip(at.iter()).take(n) {
+        // SAFETY: the source is checked and never faults; `b` is a local byte.
+        let r = unsafe { bindings::copy_from_kernel_nofault((b as *mut u8).cast(), a as *const _, 1) };
+        if r != 0 || *b == 0xcc {
             return none;
         }
-        h.store(a & ((1 << 56) - 1) | (u64::from(byte) << 56), Ordering::Relaxed);
+    }
+    for i in 0..n {
+        PREEMPT_HOOKS[i].store(at[i], Ordering::Relaxed);
+        PREEMPT_HOOK_BYTES[i].store(bytes[i], Ordering::Relaxed);
     }
     for (t, a) in PREEMPT_THUNKS.iter().zip(thunks) {
         t.store(a, Ordering::Relaxed);
@@ -1863,31 +1866,28 @@ fn resolve_preemption() -> [u64; MAX_PREEMPT_HOOKS] {
     at
 }
 
-/// The `call target` instructions of the function at `start` (`size` bytes; at most two;
-/// `None` if its code cannot be read or decoded).
+/// The `call target` instructions of the function at `start` (`size` bytes, at most
+/// 512; at most two calls; `None` if its code cannot be read or decoded).
 fn calls_to(start: u64, size: u64, target: u64) -> Option<[Option<u64>; 2]> {
     let mut code = [0u8; 512];
-    let len = (size as usize).min(code.len());
-    // SAFETY: the source is checked and never faults; `code` holds `len` bytes.
-    let r = unsafe { bindings::copy_from_kernel_nofault(code.as_mut_ptr().cast(), start as *const _, len) };
+    let code = code.get_mut(..usize::try_from(size).ok()?)?;
+    // SAFETY: the source is checked and never faults; `code` holds `size` bytes.
+    let r = unsafe { bindings::copy_from_kernel_nofault(code.as_mut_ptr().cast(), start as *const _, code.len()) };
     if r != 0 {
         return None;
     }
     let mut out = [None; 2];
-    let (mut off, mut n) = (0usize, 0usize);
-    while off < len {
-        let rest = code.get(off..len)?;
-        if insn_is_padding(rest, 0) {
-            break;
-        }
-        let insn = decode::decode(rest, start + off as u64).ok()?;
+    let mut n = 0;
+    decode::scan(code, start, |off, insn| {
         if insn.flow == Flow::Call(target) {
-            *out.get_mut(n)? = Some(start + off as u64);
+            if let Some(o) = out.get_mut(n) {
+                *o = Some(start + u64::from(off));
+            }
             n += 1;
         }
-        off += usize::from(insn.len);
-    }
-    Some(out)
+    })
+    .ok()?;
+    (n <= out.len()).then_some(out)
 }
 
 /// The first instruction of a function after `endbr64` and the ftrace site: a probe there
