@@ -12,7 +12,7 @@ use crate::control::{file_by_ino, FileId, Text, FILES};
 use crate::engine::state;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
-use crate::reader::TraceReader;
+use crate::reader::{TraceReader, READ_CHUNK};
 use kernel::ffi::{c_char, c_int, c_uint};
 use core::pin::Pin;
 use kernel::alloc::KVec;
@@ -306,15 +306,14 @@ fn trace_read_at(st: &'static crate::engine::State, r: &mut TraceReader, ubuf: *
         }
     }
     while r.pos < *pos {
-        let skip = (*pos - r.pos).min(64 << 10) as usize;
+        let skip = (*pos - r.pos).min(READ_CHUNK as i64) as usize;
         match r.next_chunk(st, skip) {
             Ok([]) => return 0,
             Ok(c) => r.pos += c.len() as i64,
             Err(e) => return errno(e),
         }
     }
-    // Bounded work (and text kept) per read call.
-    let count = count.min(64 << 10);
+    let count = count.min(READ_CHUNK);
     let chunk = match r.next_chunk(st, count) {
         Ok(c) => c,
         Err(e) => return errno(e),
@@ -419,8 +418,7 @@ unsafe extern "C" fn pipe_read(file: *mut bindings::file, ubuf: *mut c_char, cou
             }
             return n as isize;
         }
-        // Bounded work (and text kept) per read call, whatever the count.
-        if crate::reader::drain(st, &st.buf, &mut g.text, count.min(64 << 10)).is_err() {
+        if crate::reader::drain(st, &st.buf, &mut g.text, count.min(READ_CHUNK)).is_err() {
             return errno(ENOMEM);
         }
         // Room was made: a task waiting for it (lossless) may go on.

@@ -11,6 +11,10 @@ use crate::record::Kind;
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 
+/// The most text one `read()` of `trace` or `trace_pipe` makes (and keeps), whatever
+/// the count asked for.
+pub(crate) const READ_CHUNK: usize = 64 << 10;
+
 fn options(st: &State) -> Options {
     Options {
         retval: st.opt_retval.load(Ordering::Relaxed),
@@ -60,10 +64,10 @@ pub(crate) fn drain(st: &State, buf: &Buffer, t: &mut Text, want: usize) -> core
 /// into text a read at a time (a big buffer's whole text would be tens of megabytes).
 pub(crate) struct TraceReader {
     snap: Snapshot<'static>,
-    /// Text rendered and not handed out yet, from `off`.
+    /// Text rendered; the first `off` bytes were handed out by the last call.
     text: Text,
     off: usize,
-    /// The file position the next read must be at (reads are sequential).
+    /// The file position where the last read ended.
     pub(crate) pos: i64,
     sym: KBox<[u8; KSYM_SYMBOL_LEN]>,
 }
@@ -100,7 +104,7 @@ impl TraceReader {
             self.off = 0;
         }
         let opts = options(st);
-        while self.text.0.len() - self.off < count {
+        while self.text.0.len() < count {
             let Some(ev) = self.snap.next() else { break };
             let mut ret = None;
             if ev.rec.kind == Kind::Call as u8 {
@@ -112,9 +116,8 @@ impl TraceReader {
             }
             render(&mut self.text, &ev, ret.as_ref(), opts, &mut self.sym).map_err(|_| ENOMEM)?;
         }
-        let n = count.min(self.text.0.len() - self.off);
-        let chunk = &self.text.0[self.off..self.off + n];
-        self.off += n;
-        Ok(chunk)
+        let n = count.min(self.text.0.len());
+        self.off = n;
+        Ok(&self.text.0[..n])
     }
 }
