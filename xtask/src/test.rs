@@ -129,7 +129,9 @@ pub fn cmd(mut args: Args) -> Result<i32> {
     if jobs == 1 {
         println!("console log: {}", out_dir().join("console.log").display());
     } else {
-        println!("console logs: {}", out_dir().join("console-{1..N}.log").display());
+        for i in 1..=jobs {
+            println!("console log: {}", out_dir().join(format!("console-{i}.log")).display());
+        }
     }
     println!(
         "fctrace: {} passed, {} failed, {} skipped",
