@@ -1054,7 +1054,9 @@ impl State {
         let mut next = 0;
         while let Some(&(t, level)) = todo.get(next) {
             next += 1;
-            if armed >= AHEAD_BUDGET || !self.active.load(Ordering::Acquire) {
+            // Stop as soon as no traced process is left (its exit queued this work item
+            // again, which then ends tracing): on a slow kernel a batch takes seconds.
+            if armed >= AHEAD_BUDGET || !self.active.load(Ordering::Acquire) || !self.any_traced() {
                 break;
             }
             let f = match self.lookup(t) & 0xff {
@@ -2102,6 +2104,9 @@ pub(crate) extern "C" fn fctrace_sync_work() {
     st.ahead_busy.store(true, Ordering::Release);
     st.arm_ahead(&mut ctl);
     st.ahead_busy.store(false, Ordering::Release);
+    if !st.any_traced() {
+        st.deactivate(&mut ctl);
+    }
 }
 
 /// Called from the module's delayed work item: lazy disarming of idle functions.
