@@ -29,6 +29,8 @@ const MAX_WRITE: usize = 16 * 1024;
 const MAX_FILTERS: usize = 64;
 /// Largest `disarm_after` (a day).
 const MAX_DISARM_AFTER_S: u64 = 86400;
+/// Largest `arm_wait_ms` (a minute: well below the hung-task detector's 120 s).
+const MAX_ARM_WAIT_MS: u64 = 60_000;
 /// Lines kept in `error_log`.
 const ERROR_LOG_LINES: usize = 16;
 
@@ -164,6 +166,7 @@ pub(crate) enum FileId {
     MaxDepth,
     MaxProbes,
     DisarmAfter,
+    ArmWaitMs,
     TracingOn,
     BufferSizeKb,
     Options,
@@ -174,7 +177,7 @@ pub(crate) enum FileId {
 }
 
 /// Every file: id, name, mode. Inode numbers are the index plus 2.
-pub(crate) const FILES: [(FileId, &CStr, u16); 14] = [
+pub(crate) const FILES: [(FileId, &CStr, u16); 15] = [
     (FileId::Readme, kernel::c_str!("README"), 0o400),
     (FileId::SetPid, kernel::c_str!("set_pid"), 0o600),
     (FileId::StartFunction, kernel::c_str!("start_function"), 0o600),
@@ -183,6 +186,7 @@ pub(crate) const FILES: [(FileId, &CStr, u16); 14] = [
     (FileId::TracingOn, kernel::c_str!("tracing_on"), 0o600),
     (FileId::MaxProbes, kernel::c_str!("max_probes"), 0o600),
     (FileId::DisarmAfter, kernel::c_str!("disarm_after"), 0o600),
+    (FileId::ArmWaitMs, kernel::c_str!("arm_wait_ms"), 0o600),
     (FileId::BufferSizeKb, kernel::c_str!("buffer_size_kb"), 0o600),
     (FileId::Options, kernel::c_str!("options"), 0o600),
     (FileId::Stats, kernel::c_str!("stats"), 0o400),
@@ -213,6 +217,10 @@ fctrace: every kernel function call of chosen tasks, by dynamic call-site probin
   disarm_after    Seconds after which a function no traced task has entered (and
                   none is inside) is disarmed; it is armed again when called.
                   0 = never.
+  arm_wait_ms     Longest wait of a traced task for a new callee to be armed
+                  (0..60000 ms, default 10000); after a timeout, the rest of
+                  the trace does not wait (not followed: arming timed out).
+                  0 = never wait: first calls are armed ahead.
   buffer_size_kb  Ring buffer size per CPU, in KiB.
   options         follow-forks, retval, duration, irqs, lossless: write NAME
                   or noNAME.
@@ -269,6 +277,7 @@ impl State {
             FileId::MaxDepth => writeln!(t, "{}", self.max_depth.load(Ordering::Relaxed)),
             FileId::MaxProbes => writeln!(t, "{}", self.max_probes.load(Ordering::Relaxed)),
             FileId::DisarmAfter => writeln!(t, "{}", self.disarm_after_s.load(Ordering::Relaxed)),
+            FileId::ArmWaitMs => writeln!(t, "{}", self.arm_wait_ms.load(Ordering::Relaxed)),
             FileId::TracingOn => writeln!(t, "{}", u8::from(self.lock_ctl().tracing_on)),
             FileId::BufferSizeKb => writeln!(t, "{}", self.buf.size_per_cpu() / 1024),
             FileId::Options => {
@@ -350,6 +359,14 @@ impl State {
                 })?;
                 self.disarm_after_s.store(v as u32, Ordering::Relaxed);
                 self.schedule_reap();
+                Ok(())
+            }
+            FileId::ArmWaitMs => {
+                let v = parse::parse_range(data, 0, MAX_ARM_WAIT_MS).map_err(|e| {
+                    self.log(format_args!("arm_wait_ms: milliseconds from 0 (never wait) to {}", MAX_ARM_WAIT_MS));
+                    errno(e)
+                })?;
+                self.arm_wait_ms.store(v as u32, Ordering::Relaxed);
                 Ok(())
             }
             FileId::TracingOn => {

@@ -4,8 +4,9 @@
 //!
 //! A function is *armed* when a kprobe sits on each of its call instructions, tail jumps
 //! and returns. When a traced task reaches an armed call site, the call is recorded and, if
-//! the callee is not armed yet, the task is sent through `fctrace_trampoline`, which arms
-//! the callee in the task's own (sleepable) context and then runs the call again. So the
+//! the callee is not armed yet, the task is sent through `fctrace_trampoline`, where it
+//! waits (in its own, sleepable, context) for the work item to arm the callee, and then
+//! runs the call again. So the
 //! probed code grows with what the task executes, and nothing else is touched.
 //!
 //! Each traced thread inside a trace has a slot with a shadow stack of frames. A frame is
@@ -49,6 +50,9 @@ const AHEAD_BUDGET: usize = 256;
 const AHEAD_DEPTH: u8 = 4;
 /// The most functions one round of arming ahead looks at (armed ones included).
 const AHEAD_WALK: usize = 4096;
+/// Default `arm_wait_ms`: how long a task in the trampoline waits for the work item to
+/// arm its callee.
+const DEFAULT_ARM_WAIT_MS: u32 = 10_000;
 /// The largest function fctrace decodes.
 const MAX_FUNC_SIZE: u64 = 256 * 1024;
 /// Default `disarm_after`, seconds.
@@ -93,8 +97,9 @@ pub(crate) enum SiteKind {
     Call(Target),
     /// A jump out of the function: a tail call.
     Tail(Target),
-    /// A conditional jump out of the function: a tail call when condition `cc` holds.
-    TailIf(u64, u8),
+    /// A conditional jump out of the function: a tail call when condition `cc` holds (to a
+    /// retpoline thunk, `jne __x86_indirect_thunk_r11`, it is an indirect one).
+    TailIf(Target, u8),
     /// A return (`ret`, or `jmp __x86_return_thunk`).
     Ret,
 }
@@ -210,6 +215,7 @@ impl TaskData {
         throttle: false,
         last_throttle: 0,
         last_redirect: 0,
+        nowait: false,
     };
 }
 
@@ -229,6 +235,10 @@ struct TaskData {
     /// again after waiting, it goes on.
     last_throttle: u64,
     last_redirect: u64,
+    /// A wait for arming timed out in this trace (system call or start-function call):
+    /// the task likely holds something arming needs, so until the trace ends its calls to
+    /// unarmed functions are not waited for (shown as `arming timed out`, armed ahead).
+    nowait: bool,
 }
 
 /// One traced thread inside a trace.
@@ -315,6 +325,8 @@ pub(crate) struct State {
     pub(crate) max_probes: AtomicU64,
     /// Seconds after which an idle armed function is disarmed (0 = never).
     pub(crate) disarm_after_s: AtomicU32,
+    /// Longest wait in the trampoline for a callee to be armed, ms (0 = never wait).
+    pub(crate) arm_wait_ms: AtomicU32,
     pub(crate) opt_follow_forks: AtomicBool,
     pub(crate) opt_retval: AtomicBool,
     pub(crate) opt_duration: AtomicBool,
@@ -335,6 +347,9 @@ pub(crate) struct State {
     wanted_next: AtomicUsize,
     /// The work item is arming what it took from `wanted` (counted as pending).
     ahead_busy: AtomicBool,
+    /// Functions traced tasks wait in the trampoline for the work item to arm (0 = free
+    /// slot). A task claims a slot, the work item clears it when done.
+    requests: [AtomicU64; MAX_TASKS],
     /// Entries in use in `table` (written under `ctl`).
     table_used: AtomicUsize,
     tasks: KVVec<TaskSlot>,
@@ -376,6 +391,7 @@ impl StateHandle {
                 max_depth: AtomicU32::new(0),
                 max_probes: AtomicU64::new(DEFAULT_MAX_PROBES),
                 disarm_after_s: AtomicU32::new(DEFAULT_DISARM_AFTER_S),
+                arm_wait_ms: AtomicU32::new(DEFAULT_ARM_WAIT_MS),
                 opt_follow_forks: AtomicBool::new(false),
                 opt_retval: AtomicBool::new(false),
                 opt_duration: AtomicBool::new(true),
@@ -388,6 +404,7 @@ impl StateHandle {
                 wanted: [const { AtomicU64::new(0) }; WANTED],
                 wanted_next: AtomicUsize::new(0),
                 ahead_busy: AtomicBool::new(false),
+                requests: [const { AtomicU64::new(0) }; MAX_TASKS],
                 table_used: AtomicUsize::new(0),
                 tasks,
                 irq_slots,
@@ -422,15 +439,18 @@ impl Drop for StateHandle {
             let mut ctl = st.lock_ctl();
             st.deactivate(&mut ctl);
         }
-        // SAFETY: trivial C wrapper; waits for a queued sync work item to finish.
-        unsafe { bindings::fctrace_cancel_sync() };
         // No probe is registered any more, so no task enters the trampoline; wait for those
-        // still in it to leave `fctrace_arm_pending`, then for them to be off its last
-        // instructions (a task preempted there has not passed a voluntary switch).
+        // still in it to leave `fctrace_arm_pending` (waiting ones saw `active` false when
+        // deactivate woke them), then for them to be off its last instructions (a task
+        // preempted there has not passed a voluntary switch).
         while st.inflight.load(Ordering::Acquire) != 0 {
             // SAFETY: sleeping in module exit is allowed.
             unsafe { bindings::msleep(10) };
         }
+        // Only now can nothing queue the work items any more (a task in the trampoline
+        // queues one for its request): cancel them, waiting for a running one to finish.
+        // SAFETY: trivial C wrapper, process context.
+        unsafe { bindings::fctrace_cancel_sync() };
         // SAFETY: waits for an RCU-tasks grace period; callable from process context.
         unsafe { bindings::synchronize_rcu_tasks() };
         STATE.store(core::ptr::null_mut(), Ordering::Release);
@@ -439,10 +459,12 @@ impl Drop for StateHandle {
 
 /// The control mutex held inside a `memalloc_nofs` scope.
 ///
-/// The traced task takes this mutex from the trampoline, possibly in the middle of an
-/// allocation (with reclaim's lockdep map held); so nothing may allocate with `__GFP_FS`
-/// while holding it, or reclaim and the mutex would depend on each other. Every holder
-/// goes through this guard, which makes all allocations in its scope `GFP_NOFS`.
+/// A traced task waits in the trampoline for the work item that holds this mutex to arm
+/// its callee, possibly from inside a file system (holding its locks) or in the middle of
+/// an allocation; reclaim entering a file system from the work item could wait for those
+/// locks until the task's wait times out. So nothing allocates with `__GFP_FS` while
+/// holding it: every holder goes through this guard, which makes all allocations in its
+/// scope `GFP_NOFS`.
 pub(crate) struct CtlGuard<'a> {
     guard: core::mem::ManuallyDrop<kernel::sync::lock::Guard<'a, Control, kernel::sync::lock::mutex::MutexBackend>>,
     nofs: u32,
@@ -908,14 +930,13 @@ impl State {
                 self.release_if_done(slot, d);
                 return 0;
             }
-            SiteKind::TailIf(t, cc) => {
-                if !crate::cond::condition_holds(cc, regs.flags as u64) {
-                    return 0;
-                }
-                (Some(t), true, false)
-            }
             SiteKind::Call(t) => (self.resolve_target(t, regs, site), false, !matches!(t, Target::Direct(_))),
-            SiteKind::Tail(t) => {
+            SiteKind::Tail(t) | SiteKind::TailIf(t, _) => {
+                if let SiteKind::TailIf(_, cc) = site.kind {
+                    if !crate::cond::condition_holds(cc, regs.flags as u64) {
+                        return 0;
+                    }
+                }
                 let a = self.resolve_target(t, regs, site);
                 // An indirect jump inside the function is a jump table, not a tail call.
                 if let Some(a) = a {
@@ -974,15 +995,15 @@ impl State {
                 self.leaf(&cur, d, Reason::from_u8((st >> 8) as u8), flags, target, site.addr, sp, tail);
                 0
             }
-            _ if cur.sleepable && d.last_redirect != site.addr => {
+            _ if self.may_wait(&cur, d) && d.last_redirect != site.addr => {
                 self.redirect(d, regs, site.addr, target);
                 1
             }
             _ => {
-                let reason = if cur.sleepable { Reason::ArmFailed } else { Reason::Atomic };
+                let reason = self.unarmed_reason(&cur, d);
                 d.last_redirect = 0;
                 self.leaf(&cur, d, reason, flags, target, site.addr, sp, tail);
-                if reason == Reason::Atomic {
+                if reason != Reason::ArmFailed {
                     self.want(target);
                 }
                 0
@@ -1054,6 +1075,8 @@ impl State {
         let mut next = 0;
         while let Some(&(t, level)) = todo.get(next) {
             next += 1;
+            // Tasks waiting in the trampoline go first.
+            self.serve_requests(ctl);
             // Stop as soon as no traced process is left (its exit queued this work item
             // again, which then ends tracing): on a slow kernel a batch takes seconds.
             if armed >= AHEAD_BUDGET || !self.active.load(Ordering::Acquire) || !self.any_traced() {
@@ -1081,8 +1104,9 @@ impl State {
             let Some(f) = f else { continue };
             for s in f.sites.iter() {
                 let callee = match s.data.kind {
-                    SiteKind::Call(Target::Direct(c)) | SiteKind::Tail(Target::Direct(c)) => c,
-                    SiteKind::TailIf(c, _) => c,
+                    SiteKind::Call(Target::Direct(c))
+                    | SiteKind::Tail(Target::Direct(c))
+                    | SiteKind::TailIf(Target::Direct(c), _) => c,
                     _ => continue,
                 };
                 let st = self.lookup(callee) & 0xff;
@@ -1115,6 +1139,7 @@ impl State {
         let func = self.root_addr();
         d.suppress_below = 0;
         d.last_redirect = 0;
+        d.nowait = false;
         self.open_frame(&cur, d, func, 0, 0, sp, false);
         0
     }
@@ -1171,6 +1196,10 @@ impl State {
         let sp = regs.sp as u64;
         // SAFETY: reading our own kprobe's address.
         let hook_addr = unsafe { (*p).addr } as u64;
+        // A new trace, unless the task is back from the trampoline for this call.
+        if d.last_redirect != hook_addr {
+            d.nowait = false;
+        }
         let Some(target) = target else {
             d.last_redirect = 0;
             self.release_if_done(Some(slot), d);
@@ -1196,13 +1225,16 @@ impl State {
                 self.release_if_done(Some(slot), d);
                 0
             }
-            _ if cur.sleepable && d.last_redirect != hook_addr => {
+            _ if self.may_wait(&cur, d) && d.last_redirect != hook_addr => {
                 self.redirect(d, regs, hook_addr, target);
                 1
             }
             _ => {
-                let reason = if cur.sleepable { Reason::ArmFailed } else { Reason::Atomic };
+                let reason = self.unarmed_reason(&cur, d);
                 d.last_redirect = 0;
+                if reason != Reason::ArmFailed {
+                    self.want(target);
+                }
                 let r = self.emit(&cur, Kind::Leaf, 0, reason, 0, target, hook_addr);
                 self.write(&r);
                 self.count(reason);
@@ -1254,6 +1286,25 @@ impl State {
             _ => {}
         }
         0
+    }
+
+    /// Whether the task may wait in the trampoline for a callee to be armed: it can sleep,
+    /// no wait timed out in this trace, and `arm_wait_ms` is not 0.
+    fn may_wait(&self, cur: &Cur, d: &TaskData) -> bool {
+        cur.sleepable && !d.nowait && self.arm_wait_ms.load(Ordering::Relaxed) != 0
+    }
+
+    /// Why a call to an unarmed function is a leaf: the task could not wait (atomic
+    /// context), or it was not to wait (`nowait`, `arm_wait_ms` 0), or it waited but
+    /// arming failed.
+    fn unarmed_reason(&self, cur: &Cur, d: &TaskData) -> Reason {
+        if !cur.sleepable {
+            Reason::Atomic
+        } else if !self.may_wait(cur, d) {
+            Reason::ArmTimeout
+        } else {
+            Reason::ArmFailed
+        }
     }
 
     /// Sends the task to the trampoline to arm `target`, then to run the instruction at
@@ -1333,13 +1384,9 @@ impl State {
             };
             // SAFETY: trivial C accessor.
             let t0 = unsafe { bindings::fctrace_clock() };
-            if target != 0 {
-                // Allocations while arming must not recurse into file systems the task
-                // may be inside: the guard makes them GFP_NOFS.
-                let mut ctl = self.lock_ctl();
-                if self.active.load(Ordering::Acquire) && self.lookup(target) == 0 {
-                    self.arm(&mut ctl, target);
-                }
+            if target != 0 && !self.wait_armed(target) {
+                // SAFETY: we are thread `pid`; the reference ends with this block.
+                unsafe { self.data(&slot.data) }.nowait = true;
             }
             if throttle {
                 self.throttle_wait();
@@ -1357,6 +1404,68 @@ impl State {
             }
         }
         self.inflight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// In the trampoline: has the work item arm `target` and waits until it is done, tracing
+    /// stops, a fatal signal comes, or `arm_wait_ms` pass (false: timed out).
+    ///
+    /// The task does not arm itself: arming takes `kprobe_mutex`, `cpu_hotplug_lock`,
+    /// `text_mutex` and allocates, and the task may hold any sleeping lock (`mmap_lock` in
+    /// a page fault, `pcpu_alloc_mutex` in `fork()`, ...) that something holding those
+    /// waits for. Waiting with a timeout cannot deadlock: at worst the call goes
+    /// unfollowed (`not followed: arming timed out`) and is armed later.
+    fn wait_armed(&self, target: u64) -> bool {
+        let Some(req) = self
+            .requests
+            .iter()
+            .find(|r| r.compare_exchange(0, target, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+        else {
+            // Not reached: one request per thread in a trace, and `MAX_TASKS` slots.
+            return true;
+        };
+        // SAFETY: NMI-safe C helper (raises an irq_work that queues the work item).
+        unsafe { bindings::fctrace_schedule_sync() };
+        // SAFETY: trivial C accessor.
+        let deadline =
+            unsafe { bindings::fctrace_clock() } + u64::from(self.arm_wait_ms.load(Ordering::Relaxed)) * 1_000_000;
+        let done = loop {
+            // Read before the checks: a bump after them ends the sleep at once.
+            // SAFETY: trivial C accessor.
+            let seq = unsafe { bindings::fctrace_arm_seq() };
+            if req.load(Ordering::Acquire) != target || !self.active.load(Ordering::Acquire) {
+                break true;
+            }
+            // SAFETY: trivial C accessor.
+            let now = unsafe { bindings::fctrace_clock() };
+            if now >= deadline {
+                break false;
+            }
+            let ms = ((deadline - now) / 1_000_000).max(1) as u32;
+            // SAFETY: the task may sleep here (the trampoline, sleepable context).
+            if unsafe { bindings::fctrace_arm_sleep(seq, ms) } < 0 {
+                break true;
+            }
+        };
+        // Withdraw the request if the work item has not taken it (it clears only the
+        // value it read, so a request made meanwhile by another thread stays).
+        let _ = req.compare_exchange(target, 0, Ordering::AcqRel, Ordering::Relaxed);
+        done
+    }
+
+    /// In the work item: arms what tasks in the trampoline wait for, and wakes them.
+    fn serve_requests(&self, ctl: &mut Control) {
+        for req in &self.requests {
+            let t = req.load(Ordering::Acquire);
+            if t == 0 {
+                continue;
+            }
+            if self.active.load(Ordering::Acquire) && self.lookup(t) == 0 {
+                self.arm(ctl, t);
+            }
+            let _ = req.compare_exchange(t, 0, Ordering::AcqRel, Ordering::Relaxed);
+            // SAFETY: trivial C wrapper (wake_up_all), process context.
+            unsafe { bindings::fctrace_arm_wake() };
+        }
     }
 
     /// Arms `target`, or records why it is not followed. Returns the new table state.
@@ -1485,7 +1594,8 @@ impl State {
                     Flow::JmpMem(m) => Some(SiteKind::Tail(Target::Mem(m))),
                     Flow::Jcc(t) if t < start || t >= end => {
                         let bytes = code.get(off as usize..).unwrap_or(&[]);
-                        crate::cond::jcc_condition(bytes).map(|cc| SiteKind::TailIf(t, cc))
+                        let cc = crate::cond::jcc_condition(bytes);
+                        cc.and_then(|cc| classify_direct(t, &mut scratch).map(|t| SiteKind::TailIf(t, cc)))
                     }
                     Flow::Ret => Some(SiteKind::Ret),
                     Flow::Int3 if !terminal_before && !insn_is_padding(&code, off) => {
@@ -1693,6 +1803,9 @@ impl State {
         }
         self.stats.probes_armed.store(0, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::AcqRel);
+        // Tasks waiting in the trampoline see `active` false and go on.
+        // SAFETY: trivial C wrapper (wake_up_all), process context.
+        unsafe { bindings::fctrace_arm_wake() };
     }
 
     /// Lazy disarming. Removes the probes of functions that no traced task or interrupt
@@ -2097,6 +2210,7 @@ pub(crate) extern "C" fn fctrace_sync_work() {
     if !st.active.load(Ordering::Acquire) {
         return;
     }
+    st.serve_requests(&mut ctl);
     if !st.any_traced() {
         st.deactivate(&mut ctl);
         return;

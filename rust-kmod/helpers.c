@@ -8,7 +8,6 @@
 #include <linux/irq_work.h>
 #include <linux/kprobes.h>
 #include <linux/mm_types.h>
-#include <linux/rwsem.h>
 #include <linux/poll.h>
 #include <linux/wait.h>
 #include <linux/module.h>
@@ -64,17 +63,10 @@ int fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool irqs,
 	if (regs->sp - (unsigned long)task_stack_page(current) >= THREAD_SIZE)
 		return irqs ? FCTRACE_CTX_SOFTIRQ : FCTRACE_CTX_NONE;
 	/*
-	 * Arming takes kprobe_mutex, and kprobe_mutex -> ftrace_lock -> mmap_lock is a
-	 * chain the kernel has (ftrace control files fault on user memory under
-	 * ftrace_lock): a task holding its mm's mmap_lock must not arm synchronously
-	 * (lockdep reports it; it is a real deadlock if a thread of the same process
-	 * writes an ftrace file meanwhile). Checked conservatively: held by anyone.
-	 *
-	 * More generally, arming takes kprobe_mutex and cpu_hotplug_lock, so a task holding
-	 * a lock that is taken inside cpu_hotplug_lock somewhere (pcpu_alloc_mutex in
-	 * fork's percpu counters, found by lockdep) must not arm: with lockdep, a task
-	 * holding any lock does not. Without lockdep fctrace cannot see sleeping locks
-	 * (see Documentation/fctrace.rst, Known problems); mmap_lock is checked by hand.
+	 * The task does not arm itself: it waits, with a timeout, for the work item
+	 * that arms (engine.rs, arm_pending). So the sleeping locks it may hold
+	 * (mmap_lock, pcpu_alloc_mutex, ...) cannot close a cycle with the locks arming
+	 * takes (kprobe_mutex, cpu_hotplug_lock, text_mutex): at worst the wait times out.
 	 *
 	 * A task that set its state to sleep (set_current_state() before the check of a
 	 * wait loop, e.g. in do_wait()) must not block elsewhere first: that would lose
@@ -83,11 +75,9 @@ int fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool irqs,
 	 */
 	*sleepable = !(pc & (PREEMPT_MASK | SOFTIRQ_MASK)) &&
 		     READ_ONCE(current->__state) == TASK_RUNNING &&
-		     !lockdep_depth(current) &&
 		     (regs->flags & X86_EFLAGS_IF) &&
 		     !rcu_preempt_depth() && !pagefault_disabled() &&
-		     !(current->flags & (PF_EXITING | PF_MEMALLOC)) &&
-		     !(current->mm && rwsem_is_locked(&current->mm->mmap_lock));
+		     !(current->flags & (PF_EXITING | PF_MEMALLOC));
 	return FCTRACE_CTX_TASK;
 }
 
@@ -295,4 +285,27 @@ void fctrace_throttle_wake(void)
 {
 	atomic_inc(&fctrace_throttle_seq);
 	wake_up_all(&fctrace_throttle_wq);
+}
+
+static DECLARE_WAIT_QUEUE_HEAD(fctrace_arm_wq);
+static atomic_t fctrace_arm_seqno = ATOMIC_INIT(0);
+
+u32 fctrace_arm_seq(void)
+{
+	return atomic_read_acquire(&fctrace_arm_seqno);
+}
+
+int fctrace_arm_sleep(u32 seq, unsigned int ms)
+{
+	long r = wait_event_killable_timeout(fctrace_arm_wq,
+					     (u32)atomic_read_acquire(&fctrace_arm_seqno) != seq,
+					     msecs_to_jiffies(ms));
+
+	return r < 0 ? -1 : r > 0;
+}
+
+void fctrace_arm_wake(void)
+{
+	atomic_inc_return_release(&fctrace_arm_seqno);
+	wake_up_all(&fctrace_arm_wq);
 }

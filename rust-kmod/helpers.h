@@ -64,6 +64,15 @@ void fctrace_wake_sync(void);
  */
 int fctrace_throttle_sleep(unsigned int ms);
 void fctrace_throttle_wake(void);
+/*
+ * Arming by the work item: a traced task in the trampoline reads the sequence number,
+ * checks whether its request is done, and if not sleeps until the work item bumps the
+ * number (fctrace_arm_wake()), ms milliseconds pass, or a fatal signal comes. Returns 1
+ * when woken by a bump, 0 on timeout, -1 on a fatal signal.
+ */
+u32 fctrace_arm_seq(void);
+int fctrace_arm_sleep(u32 seq, unsigned int ms);
+void fctrace_arm_wake(void);
 
 /* Implemented in Rust. */
 bool fctrace_readable(void);

@@ -10,6 +10,8 @@
  *   fork        fork; the child _exit(0)s; the parent waitpid()s for it
  *   readdir DIR read all entries of DIR with getdents64() (DIR opened before)
  *   write FILE  write 100 bytes to FILE (opened and truncated before)
+ *   put FILE TEXT  write TEXT to FILE (opened for writing before), e.g. a
+ *               sysfs attribute
  * Everything but the operation itself (the pipe's creation, buffers) is done
  * before the gate opens; "ready" is printed (and flushed) just before it, so a
  * test can wait for the process to sit in the gate's nanosleep() before it
@@ -117,6 +119,15 @@ int main(int argc, char **argv)
 		gate();
 		return write(fd, buf, 100) != 100;
 	}
-	fprintf(stderr, "usage: fct_ops read|pipe|stat|open|mmap|fork|readdir|write [FILE]\n");
+	if (!strcmp(op, "put") && argc > 3) {
+		int fd = open(file, O_WRONLY);
+		size_t len = strlen(argv[3]);
+
+		if (fd < 0)
+			return 1;
+		gate();
+		return write(fd, argv[3], len) != (ssize_t)len;
+	}
+	fprintf(stderr, "usage: fct_ops read|pipe|stat|open|mmap|fork|readdir|write [FILE] | put FILE TEXT\n");
 	return 2;
 }

@@ -57,6 +57,9 @@ pub enum Reason {
     Unwound = 8,
     /// The callee is not the start of a function (a call into the middle of code).
     NotFunction = 9,
+    /// The task waited too long for the callee to be armed (the work item that arms it was
+    /// held up, e.g. by a lock the task itself holds); it went on without following it.
+    ArmTimeout = 10,
 }
 
 impl Reason {
@@ -72,6 +75,7 @@ impl Reason {
             7 => Reason::Exit,
             8 => Reason::Unwound,
             9 => Reason::NotFunction,
+            10 => Reason::ArmTimeout,
             _ => Reason::None,
         }
     }
@@ -89,11 +93,12 @@ impl Reason {
             Reason::Exit => "task exited",
             Reason::Unwound => "return not seen",
             Reason::NotFunction => "not followed: not a function start",
+            Reason::ArmTimeout => "not followed: arming timed out",
         }
     }
 
     /// Number of reasons, for per-reason counters.
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 11;
 
     /// Name of the per-reason counter in the `stats` file.
     pub fn stat_name(self) -> &'static str {
@@ -108,6 +113,7 @@ impl Reason {
             Reason::Exit => "frames_closed_by_exit",
             Reason::Unwound => "frames_closed_unwound",
             Reason::NotFunction => "not_followed_not_function",
+            Reason::ArmTimeout => "not_followed_arm_timeout",
         }
     }
 }
