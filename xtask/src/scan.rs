@@ -56,6 +56,8 @@ const CONTAINS: &[&str] = &[
     "KASAN:",
     "UBSAN:",
     "new suspected memory leak",
+    // kmemleak.verbose=1: each suspect with its allocation backtrace
+    "unreferenced object 0x",
     "Unrecoverable kprobe",
     "RCU stall",
     "detected stall",
@@ -358,6 +360,10 @@ ok 4 filter/more.tc: more
             ),
             (
                 "kmemleak: 2 new suspected memory leaks (see /sys/kernel/debug/kmemleak)",
+                (),
+            ),
+            (
+                "kmemleak: unreferenced object 0xffff888003a1c000 (size 64):",
                 (),
             ),
             ("Kernel panic - not syncing: Fatal exception", ()),
