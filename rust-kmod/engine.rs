@@ -1061,8 +1061,10 @@ impl State {
 
     /// Arms what handlers queued, with the closure of its direct callees (the calls it
     /// makes will run in the same atomic context), up to `AHEAD_BUDGET` functions.
-    /// Called with `ctl` held, in the work item.
-    fn arm_ahead(&self, ctl: &mut Control) {
+    /// Called in the work item, without `ctl`: it takes `ctl` for one function at a time,
+    /// so that readers of `stats` and writers of control files wait for one function's
+    /// arming, not for a whole batch (minutes on the debug kernel under emulation).
+    fn arm_ahead(&self) {
         let mut todo: KVec<(u64, u8)> = KVec::new();
         for w in &self.wanted {
             let t = w.swap(0, Ordering::AcqRel);
@@ -1075,6 +1077,8 @@ impl State {
         let mut next = 0;
         while let Some(&(t, level)) = todo.get(next) {
             next += 1;
+            let mut guard = self.lock_ctl();
+            let ctl = &mut *guard;
             // Tasks waiting in the trampoline go first.
             self.serve_requests(ctl);
             // Stop as soon as no traced process is left (its exit queued this work item
@@ -2216,9 +2220,11 @@ pub(crate) extern "C" fn fctrace_sync_work() {
         return;
     }
     st.ahead_busy.store(true, Ordering::Release);
-    st.arm_ahead(&mut ctl);
+    drop(ctl);
+    st.arm_ahead();
     st.ahead_busy.store(false, Ordering::Release);
-    if !st.any_traced() {
+    let mut ctl = st.lock_ctl();
+    if st.active.load(Ordering::Acquire) && !st.any_traced() {
         st.deactivate(&mut ctl);
     }
 }
