@@ -2084,6 +2084,10 @@ const INSTRUMENTATION: &[&[u8]] = &[
     b"lock_contended",
     b"lock_is_held_type",
     b"lock_sync",
+    b"lock_set_class",
+    b"lock_downgrade",
+    b"lock_*pin_lock",
+    b"debug_check_no_locks_*",
     b"lockdep_*",
     b"__lockdep_*",
     b"mark_lock*",
@@ -2101,6 +2105,18 @@ const INSTRUMENTATION: &[&[u8]] = &[
     b"trace_hardirqs_off*",
     b"rcu_read_lock_*held*",
     b"debug_lockdep_rcu_enabled",
+    // lockdep's RCU checks (every rcu_read_lock(), every tracepoint site) and the
+    // tracepoints of int3's own entry and exit call this: armed, every breakpoint trap
+    // of every task took more traps, and the debug kernel all but stopped.
+    b"rcu_is_watching",
+    b"rcu_lockdep_current_cpu_online",
+    b"__cant_sleep",
+    b"__cant_migrate",
+    // kmemleak's and KFENCE's allocation hooks (every slab allocation and free)
+    b"kmemleak_*",
+    b"__kmemleak_*",
+    b"kfence_*",
+    b"__kfence_*",
 ];
 
 /// Functions fctrace never arms: its own probe path (the ring buffer, the clock, kprobes,

@@ -1,4 +1,4 @@
-//! `cargo xtask test [PATTERN] [--debug] [--jobs N] [--timeout SECS]`:
+//! `cargo xtask test [PATTERN] [--debug] [--jobs N] [--timeout SECS] [--test-timeout SECS]`:
 //! 1. `cargo test --workspace` on the host (env `FCTRACE_VMLINUX=<KDIR>/vmlinux`);
 //! 2. boot the guest with `/selftests/fctracetest [PATTERN]` as the script; with
 //!    `--jobs N`, N guests side by side, guest i running every Nth test from the i-th
@@ -26,7 +26,11 @@ pub fn cmd(mut args: Args) -> Result<i32> {
     let mut opts = VmOpts::from_args(&mut args)?;
     // The debug kernel (KASAN + lockdep, emulated) runs the same tests about
     // 8x slower: scale the per-test and whole-run timeouts unless given.
-    let per_test = if debug { 1200 } else { 120 };
+    // `--test-timeout`: each test's own (e.g. shorter, to see a hang's SysRq dump sooner).
+    let per_test: u32 = args.opt_num("--test-timeout")?.unwrap_or(if debug { 1200 } else { 120 });
+    if per_test < 10 {
+        return Err("--test-timeout: at least 10 seconds".into());
+    }
     // Tells the oracle tests to run fctrace alone (see selftests/test.d/functions).
     let debug_env = if debug { "export FCTRACE_DEBUG_KERNEL=1\n" } else { "" };
     if debug && opts.timeout == std::time::Duration::from_secs(vm::DEFAULT_TIMEOUT) {
