@@ -2149,6 +2149,18 @@ const DENIED: &[&[u8]] = &[
     b"*int3*",
     b"irqentry_*",
     b"synchronize_rcu*",
+    // The stack unwinder and the stack depot. KASAN, kmemleak and lockdep unwind the stack
+    // at every allocation and free they record (from instrumentation, never shown), but
+    // arming ahead reached them through direct calls in armed code; armed, every
+    // allocation of every task trapped in unwind_next_frame() at each stack frame, and the
+    // debug kernel crawled. A traced call to them shows as a leaf.
+    b"stack_trace_save*",
+    b"arch_stack_walk*",
+    b"__unwind_start",
+    b"unwind_next_frame",
+    b"unwind_get_return_address*",
+    b"stack_depot_save*",
+    b"__stack_depot_*",
     // The debug instrumentation is denied too (see `INSTRUMENTATION`, which `is_denied`
     // also checks): it runs from fctrace's own handlers, a reentrancy hazard when probed.
 ];
