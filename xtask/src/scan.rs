@@ -18,6 +18,9 @@ pub struct Report {
     /// The report block, as raw console text (timestamps kept, so it can be fed
     /// to `scripts/decode_stacktrace.sh`).
     pub lines: Vec<String>,
+    /// A backtrace someone asked for with SysRq (`fctracetest` does before a
+    /// test times out): shown, decoded, but not a kernel problem in itself.
+    pub requested: bool,
 }
 
 /// A kernel message: the raw text (from its timestamp on) and the message text.
@@ -178,12 +181,21 @@ pub fn scan(console: &str) -> Vec<Report> {
     let msgs = messages(console);
     let mut reports = Vec::new();
     let mut i = 0;
+    // Since a `sysrq: Show ...` message and no other kind of report: a bare
+    // `Call Trace:` is part of that dump (blocked tasks, all CPUs).
+    let mut in_sysrq = false;
     while i < msgs.len() {
+        if msgs[i].text.trim_start().starts_with("sysrq: ") {
+            in_sysrq = true;
+        }
         if !is_trigger(msgs[i].text) {
             i += 1;
             continue;
         }
         let title = msgs[i].text.trim().to_string();
+        let bare_trace = title == "Call Trace:";
+        in_sysrq &= bare_trace;
+        let requested = in_sysrq;
         let first = if i > 0 && msgs[i - 1].text.trim() == CUT_HERE {
             i - 1
         } else {
@@ -217,6 +229,7 @@ pub fn scan(console: &str) -> Vec<Report> {
         reports.push(Report {
             title,
             lines: msgs[first..=j].iter().map(|m| m.raw.to_string()).collect(),
+            requested,
         });
         i = j + 1;
     }
@@ -287,6 +300,43 @@ ok 3 filter/basic.tc: filter accepts globs
 [   20.000009] ---[ end trace 0000000000000000 ]---
 ok 4 filter/more.tc: more
 ";
+
+    #[test]
+    fn sysrq_dump_is_requested_until_another_report() {
+        let log = "\
+[  100.000001] sysrq: Show backtrace of all active CPUs
+[  100.000002] NMI backtrace for cpu 0
+[  100.000003] Call Trace:
+[  100.000004]  <TASK>
+[  100.000005]  __handle_sysrq+0x1fe/0x280
+[  100.000006]  </TASK>
+[  100.000007] Call Trace:
+[  100.000008]  <TASK>
+[  100.000009]  worker_thread+0x3b2/0x520
+[  100.000010]  </TASK>
+[  100.000011] BUG: sleeping function called from invalid context at mm/slub.c:4119
+[  100.000012] Call Trace:
+[  100.000013]  <TASK>
+[  100.000014]  __might_resched+0x1/0x2
+[  100.000015]  </TASK>
+[  101.000000] Call Trace:
+[  101.000001]  <TASK>
+[  101.000002]  foo+0x1/0x2
+[  101.000003]  </TASK>
+";
+        let r = scan(log);
+        let kinds: Vec<_> = r.iter().map(|r| (r.title.as_str(), r.requested)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ("Call Trace:", true),
+                ("Call Trace:", true),
+                ("BUG: sleeping function called from invalid context at mm/slub.c:4119", false),
+                ("Call Trace:", false),
+            ],
+            "{r:#?}"
+        );
+    }
 
     #[test]
     fn clean_boot_has_no_reports() {

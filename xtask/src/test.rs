@@ -128,7 +128,7 @@ pub fn cmd(mut args: Args) -> Result<i32> {
         println!("selftests: runner exited with status {st:?}");
     }
     if problems {
-        println!("kernel problems in the guest console: {} (see above)", reports.len());
+        println!("kernel problems in the guest console: {} (see above)", vm::problem_count(&reports));
     }
     if jobs == 1 {
         println!("console log: {}", out_dir().join("console.log").display());

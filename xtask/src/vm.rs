@@ -201,19 +201,27 @@ pub fn parse_exit(console: &str) -> Option<i32> {
 }
 
 /// Print each report, decoded with `scripts/decode_stacktrace.sh` when that
-/// works. Returns whether there was any report.
+/// works. Returns whether there was any kernel problem (backtraces asked for
+/// with SysRq are printed, but are not problems).
 pub fn print_reports(kdir: &Path, reports: &[Report]) -> bool {
     if reports.is_empty() {
         return false;
     }
+    let problems = problem_count(reports);
     eprintln!();
-    eprintln!(
-        "xtask: KERNEL PROBLEM(S) IN THE GUEST CONSOLE: {}",
-        reports.len()
-    );
-    for (n, r) in reports.iter().enumerate() {
+    if problems > 0 {
+        eprintln!("xtask: KERNEL PROBLEM(S) IN THE GUEST CONSOLE: {problems}");
+    }
+    if problems < reports.len() {
         eprintln!(
-            "==================== kernel report {} of {}: {}",
+            "xtask: backtraces from a SysRq dump (asked for before a test timed out): {}",
+            reports.len() - problems
+        );
+    }
+    for (n, r) in reports.iter().enumerate() {
+        let kind = if r.requested { "SysRq backtrace" } else { "kernel report" };
+        eprintln!(
+            "==================== {kind} {} of {}: {}",
             n + 1,
             reports.len(),
             r.title
@@ -225,7 +233,12 @@ pub fn print_reports(kdir: &Path, reports: &[Report]) -> bool {
         }
     }
     eprintln!("==================== end of kernel reports");
-    true
+    problems > 0
+}
+
+/// The reports that are kernel problems (not backtraces asked for with SysRq).
+pub fn problem_count(reports: &[Report]) -> usize {
+    reports.iter().filter(|r| !r.requested).count()
 }
 
 fn decode(kdir: &Path, raw: &str) -> Option<String> {
