@@ -322,6 +322,10 @@ impl State {
         writeln!(t, "atomic_arming_pending: {}", self.ahead_pending())?;
         writeln!(t, "functions_armed_ahead: {}", s.armed_ahead.load(Ordering::Relaxed))?;
         writeln!(t, "functions_disarmed: {}", s.funcs_disarmed.load(Ordering::Relaxed))?;
+        writeln!(t, "probe_registrations: {}", s.registrations.load(Ordering::Relaxed))?;
+        writeln!(t, "probe_registration_us: {}", s.register_ns.load(Ordering::Relaxed) / 1000)?;
+        writeln!(t, "probe_unregistrations: {}", s.unregistrations.load(Ordering::Relaxed))?;
+        writeln!(t, "probe_unregistration_us: {}", s.unregister_ns.load(Ordering::Relaxed) / 1000)?;
         writeln!(t, "late_int3_recovered: {}", crate::late_int3::RECOVERED.load(Ordering::Relaxed))?;
         writeln!(t, "irq_roots_missing: {}", s.irq_roots_missing.load(Ordering::Relaxed))?;
         writeln!(t, "lossless_waits: {}", s.lossless_waits.load(Ordering::Relaxed))?;

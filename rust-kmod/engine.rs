@@ -303,6 +303,12 @@ pub(crate) struct Stats {
     pub(crate) lossless_waits: AtomicU64,
     /// Functions disarmed lazily (idle, or to make room under `max_probes`).
     pub(crate) funcs_disarmed: AtomicU64,
+    /// Probe registrations tried, and the time spent in them (ns): what arming costs.
+    pub(crate) registrations: AtomicU64,
+    pub(crate) register_ns: AtomicU64,
+    /// Probes unregistered while tracing (lazy disarming) and the time that took (ns).
+    pub(crate) unregistrations: AtomicU64,
+    pub(crate) unregister_ns: AtomicU64,
 }
 
 /// Everything fctrace has.
@@ -423,6 +429,10 @@ impl StateHandle {
                     irq_roots_missing: AtomicU64::new(0),
                     lossless_waits: AtomicU64::new(0),
                     funcs_disarmed: AtomicU64::new(0),
+                    registrations: AtomicU64::new(0),
+                    register_ns: AtomicU64::new(0),
+                    unregistrations: AtomicU64::new(0),
+                    unregister_ns: AtomicU64::new(0),
                 },
             }),
             GFP_KERNEL,
@@ -1638,7 +1648,11 @@ impl State {
         // whole function then. A call site that cannot be probed is counted.
         let mut func = Func { sites, entry: 0, pinned: false };
         let mut ret_failed = false;
+        // SAFETY: trivial C accessor.
+        let t0 = unsafe { bindings::fctrace_clock() };
+        let mut tried = 0u64;
         for s in func.sites.iter_mut() {
+            tried += 1;
             let is_ret = matches!(s.data.kind, SiteKind::Ret);
             // SAFETY: `func.sites` is never grown or reallocated from here on, and its
             // elements are only dropped in place (with the vector).
@@ -1651,6 +1665,10 @@ impl State {
                 self.stats.sites_unprobeable.fetch_add(1, Ordering::Relaxed);
             }
         }
+        // SAFETY: trivial C accessor.
+        let t1 = unsafe { bindings::fctrace_clock() };
+        self.stats.registrations.fetch_add(tried, Ordering::Relaxed);
+        self.stats.register_ns.fetch_add(t1.saturating_sub(t0), Ordering::Relaxed);
         if ret_failed || func.sites.iter().all(|s| !s.is_registered()) && !func.sites.is_empty() {
             let mut batch = Batch::new();
             for s in func.sites.iter_mut() {
@@ -1876,6 +1894,8 @@ impl State {
         }
         ctl.funcs = keep;
         let mut unregistered = 0u64;
+        // SAFETY: trivial C accessor.
+        let t0 = unsafe { bindings::fctrace_clock() };
         {
             let mut batch = Batch::new();
             for f in gone.iter_mut() {
@@ -1887,6 +1907,10 @@ impl State {
             }
             // Dropping the batch unregisters them all at once.
         }
+        // SAFETY: trivial C accessor.
+        let t1 = unsafe { bindings::fctrace_clock() };
+        self.stats.unregistrations.fetch_add(unregistered, Ordering::Relaxed);
+        self.stats.unregister_ns.fetch_add(t1.saturating_sub(t0), Ordering::Relaxed);
         let _ = self.stats.probes_armed.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(unregistered)));
         self.stats.funcs_disarmed.fetch_add(gone.len() as u64, Ordering::Relaxed);
         gone.len()
