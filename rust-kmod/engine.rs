@@ -277,12 +277,27 @@ struct Entry {
     val: AtomicU32,
     /// Frames of this function open now (in any task or interrupt tree).
     open: AtomicU32,
-    /// When a traced task last entered it (or it was armed), `fctrace_clock()` ns.
+    /// When a traced task last entered it (or it was armed), [`clock_ns`].
     last: AtomicU64,
 }
 
 /// `Frame::entry` of a frame whose function has no table entry.
 const NO_ENTRY: u32 = u32::MAX;
+
+/// The scheduler clock in ns (`local_clock()`): the trace's timestamps, durations and
+/// idle times. Any context, NMI included.
+fn clock_ns() -> u64 {
+    // SAFETY: a C wrapper of `local_clock()`, which has no preconditions.
+    unsafe { bindings::fctrace_clock() }
+}
+
+/// Runs `f` and adds the time it took to `ns`.
+fn timed<R>(ns: &AtomicU64, f: impl FnOnce() -> R) -> R {
+    let t0 = clock_ns();
+    let r = f();
+    ns.fetch_add(clock_ns().saturating_sub(t0), Ordering::Relaxed);
+    r
+}
 
 /// Event counters shown in `stats`.
 pub(crate) struct Stats {
@@ -681,10 +696,10 @@ impl State {
             };
         r.pid = cur.pid;
         r.tgid = cur.tgid;
+        r.ts = clock_ns();
         // SAFETY: trivial C accessors.
         unsafe {
             r.cpu = bindings::fctrace_cpu();
-            r.ts = bindings::fctrace_clock();
             bindings::fctrace_current_comm(r.comm.as_mut_ptr());
         }
         r.func = func;
@@ -739,8 +754,7 @@ impl State {
     /// ones returning now, the others returned unseen.
     fn close_frames(&self, cur: &Cur, d: &mut TaskData, sp: u64, site: u64, retval: u64, exiting: bool) {
         let now = if d.depth > 0 {
-            // SAFETY: trivial C accessor.
-            unsafe { bindings::fctrace_clock() }
+            clock_ns()
         } else {
             0
         };
@@ -781,8 +795,7 @@ impl State {
         if d.depth == 0 || d.frames[d.depth - 1].entry_sp >= sp {
             return;
         }
-        // SAFETY: trivial C accessor.
-        let now = unsafe { bindings::fctrace_clock() };
+        let now = clock_ns();
         while d.depth > 0 {
             let f = d.frames[d.depth - 1];
             if f.entry_sp >= sp {
@@ -831,8 +844,7 @@ impl State {
         let Some(i) = self.find(func) else { return NO_ENTRY };
         let e = &self.table[i];
         e.open.fetch_add(1, Ordering::AcqRel);
-        // SAFETY: trivial C accessor.
-        e.last.store(unsafe { bindings::fctrace_clock() }, Ordering::Relaxed);
+        e.last.store(clock_ns(), Ordering::Relaxed);
         i as u32
     }
 
@@ -1396,8 +1408,7 @@ impl State {
                 d.guard = true;
                 (d.pending, core::mem::take(&mut d.throttle))
             };
-            // SAFETY: trivial C accessor.
-            let t0 = unsafe { bindings::fctrace_clock() };
+            let t0 = clock_ns();
             if target != 0 && !self.wait_armed(target) {
                 // SAFETY: we are thread `pid`; the reference ends with this block.
                 unsafe { self.data(&slot.data) }.nowait = true;
@@ -1411,8 +1422,7 @@ impl State {
             d.pending = 0;
             // Time spent arming is fctrace's, not the traced functions': leave it out of
             // the durations of the frames that are open.
-            // SAFETY: trivial C accessor.
-            let spent = unsafe { bindings::fctrace_clock() }.saturating_sub(t0);
+            let spent = clock_ns().saturating_sub(t0);
             for f in d.frames.iter_mut().take(d.depth) {
                 f.ts = f.ts.saturating_add(spent);
             }
@@ -1439,9 +1449,8 @@ impl State {
         };
         // SAFETY: NMI-safe C helper (raises an irq_work that queues the work item).
         unsafe { bindings::fctrace_schedule_sync() };
-        // SAFETY: trivial C accessor.
         let deadline =
-            unsafe { bindings::fctrace_clock() } + u64::from(self.arm_wait_ms.load(Ordering::Relaxed)) * 1_000_000;
+            clock_ns() + u64::from(self.arm_wait_ms.load(Ordering::Relaxed)) * 1_000_000;
         let done = loop {
             // Read before the checks: a bump after them ends the sleep at once.
             // SAFETY: trivial C accessor.
@@ -1449,8 +1458,7 @@ impl State {
             if req.load(Ordering::Acquire) != target || !self.active.load(Ordering::Acquire) {
                 break true;
             }
-            // SAFETY: trivial C accessor.
-            let now = unsafe { bindings::fctrace_clock() };
+            let now = clock_ns();
             if now >= deadline {
                 break false;
             }
@@ -1505,8 +1513,7 @@ impl State {
             if let (Some(f), Some(i)) = (ctl.funcs.last_mut(), entry) {
                 f.entry = i;
                 f.pinned = root;
-                // SAFETY: trivial C accessor.
-                self.table[i].last.store(unsafe { bindings::fctrace_clock() }, Ordering::Relaxed);
+                self.table[i].last.store(clock_ns(), Ordering::Relaxed);
             }
         }
         st
@@ -1648,27 +1655,22 @@ impl State {
         // whole function then. A call site that cannot be probed is counted.
         let mut func = Func { sites, entry: 0, pinned: false };
         let mut ret_failed = false;
-        // SAFETY: trivial C accessor.
-        let t0 = unsafe { bindings::fctrace_clock() };
-        let mut tried = 0u64;
-        for s in func.sites.iter_mut() {
-            tried += 1;
-            let is_ret = matches!(s.data.kind, SiteKind::Ret);
-            // SAFETY: `func.sites` is never grown or reallocated from here on, and its
-            // elements are only dropped in place (with the vector).
-            let s = unsafe { Pin::new_unchecked(s) };
-            if s.register().is_err() {
-                if is_ret {
-                    ret_failed = true;
-                    break;
+        timed(&self.stats.register_ns, || {
+            for s in func.sites.iter_mut() {
+                self.stats.registrations.fetch_add(1, Ordering::Relaxed);
+                let is_ret = matches!(s.data.kind, SiteKind::Ret);
+                // SAFETY: `func.sites` is never grown or reallocated from here on, and its
+                // elements are only dropped in place (with the vector).
+                let s = unsafe { Pin::new_unchecked(s) };
+                if s.register().is_err() {
+                    if is_ret {
+                        ret_failed = true;
+                        break;
+                    }
+                    self.stats.sites_unprobeable.fetch_add(1, Ordering::Relaxed);
                 }
-                self.stats.sites_unprobeable.fetch_add(1, Ordering::Relaxed);
             }
-        }
-        // SAFETY: trivial C accessor.
-        let t1 = unsafe { bindings::fctrace_clock() };
-        self.stats.registrations.fetch_add(tried, Ordering::Relaxed);
-        self.stats.register_ns.fetch_add(t1.saturating_sub(t0), Ordering::Relaxed);
+        });
         if ret_failed || func.sites.iter().all(|s| !s.is_registered()) && !func.sites.is_empty() {
             let mut batch = Batch::new();
             for s in func.sites.iter_mut() {
@@ -1894,9 +1896,7 @@ impl State {
         }
         ctl.funcs = keep;
         let mut unregistered = 0u64;
-        // SAFETY: trivial C accessor.
-        let t0 = unsafe { bindings::fctrace_clock() };
-        {
+        timed(&self.stats.unregister_ns, || {
             let mut batch = Batch::new();
             for f in gone.iter_mut() {
                 for s in f.sites.iter_mut() {
@@ -1906,11 +1906,8 @@ impl State {
                 }
             }
             // Dropping the batch unregisters them all at once.
-        }
-        // SAFETY: trivial C accessor.
-        let t1 = unsafe { bindings::fctrace_clock() };
+        });
         self.stats.unregistrations.fetch_add(unregistered, Ordering::Relaxed);
-        self.stats.unregister_ns.fetch_add(t1.saturating_sub(t0), Ordering::Relaxed);
         let _ = self.stats.probes_armed.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(unregistered)));
         self.stats.funcs_disarmed.fetch_add(gone.len() as u64, Ordering::Relaxed);
         gone.len()
@@ -1925,8 +1922,7 @@ impl State {
             return;
         }
         if after != 0 {
-            // SAFETY: trivial C accessor.
-            let now = unsafe { bindings::fctrace_clock() };
+            let now = clock_ns();
             self.reap(&mut ctl, now.saturating_sub(after * 1_000_000_000), 0);
         }
         self.schedule_reap();
