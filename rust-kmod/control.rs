@@ -305,7 +305,7 @@ impl State {
 
     fn render_stats(&self, t: &mut Text) -> core::fmt::Result {
         let s = &self.stats;
-        let armed = State::armed_functions(&self.lock_ctl());
+        let armed = self.armed_functions_published();
         writeln!(t, "tracing: {}", u8::from(self.active.load(Ordering::Relaxed)))?;
         writeln!(t, "events_written: {}", s.written.load(Ordering::Relaxed))?;
         writeln!(t, "events_lost: {}", s.write_failed.load(Ordering::Relaxed) + self.buf.overruns())?;

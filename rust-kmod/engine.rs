@@ -308,6 +308,8 @@ pub(crate) struct Stats {
     pub(crate) armed_ahead: AtomicU64,
     pub(crate) ahead_queued: AtomicU64,
     pub(crate) redirects: AtomicU64,
+    /// Functions armed now: `ctl.funcs.len()`, published by [`CtlGuard`] as it releases the
+    /// mutex, so that reading `stats` does not wait for an arming pass holding it.
     pub(crate) funcs_armed: AtomicU64,
     pub(crate) funcs_refused: AtomicU64,
     pub(crate) probes_armed: AtomicU64,
@@ -490,9 +492,12 @@ impl Drop for StateHandle {
 /// locks until the task's wait times out. So nothing allocates with `__GFP_FS` while
 /// holding it: every holder goes through this guard, which makes all allocations in its
 /// scope `GFP_NOFS`.
+///
+/// On release it publishes the number of armed functions to `Stats::funcs_armed`.
 pub(crate) struct CtlGuard<'a> {
     guard: core::mem::ManuallyDrop<kernel::sync::lock::Guard<'a, Control, kernel::sync::lock::mutex::MutexBackend>>,
     nofs: u32,
+    funcs_armed: &'a AtomicU64,
 }
 
 impl core::ops::Deref for CtlGuard<'_> {
@@ -510,6 +515,7 @@ impl core::ops::DerefMut for CtlGuard<'_> {
 
 impl Drop for CtlGuard<'_> {
     fn drop(&mut self) {
+        self.funcs_armed.store(self.guard.funcs.len() as u64, Ordering::Relaxed);
         // SAFETY: `guard` is dropped exactly once, here, and not used afterwards.
         unsafe { core::mem::ManuallyDrop::drop(&mut self.guard) };
         // SAFETY: restores the scope saved in `State::lock_ctl`, after the mutex is released.
@@ -561,7 +567,7 @@ impl State {
     pub(crate) fn lock_ctl(&self) -> CtlGuard<'_> {
         // SAFETY: trivial C wrapper of memalloc_nofs_save(); restored by the guard's drop.
         let nofs = unsafe { bindings::fctrace_nofs_save() };
-        CtlGuard { guard: core::mem::ManuallyDrop::new(self.ctl.lock()), nofs }
+        CtlGuard { guard: core::mem::ManuallyDrop::new(self.ctl.lock()), nofs, funcs_armed: &self.stats.funcs_armed }
     }
 
     fn gen(&self) -> u32 {
@@ -1551,7 +1557,6 @@ impl State {
         let func = self.build_func(ctl, target, info.size)?;
         let registered = func.sites.iter().filter(|s| s.is_registered()).count();
         self.stats.probes_armed.fetch_add(registered as u64, Ordering::Relaxed);
-        self.stats.funcs_armed.fetch_add(1, Ordering::Relaxed);
         ctl.funcs.push(func, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
         Ok(ST_ARMED)
     }
@@ -1940,9 +1945,10 @@ impl State {
         unsafe { bindings::fctrace_schedule_reap(period) };
     }
 
-    /// Number of armed functions (for `stats`).
-    pub(crate) fn armed_functions(ctl: &Control) -> usize {
-        ctl.funcs.len()
+    /// The number of armed functions when the control mutex was last released: what
+    /// `stats` shows, without waiting for an arming pass that holds the mutex.
+    pub(crate) fn armed_functions_published(&self) -> u64 {
+        self.stats.funcs_armed.load(Ordering::Relaxed)
     }
 }
 
