@@ -33,9 +33,12 @@ Commands:
                         without --script; with --script, run FILE in the guest,
                         stream the console (also target/fctrace/console.log)
                         and exit with the script's exit status
-  test [PATTERN] [--timeout SECS]
+  test [PATTERN] [--debug] [--jobs N] [--timeout SECS] [--test-timeout SECS] [--budget SECS]
                         host `cargo test --workspace`, then the in-guest
-                        selftests (selftests/fctracetest [PATTERN])
+                        selftests (selftests/fctracetest [PATTERN]); --debug on
+                        the debug kernel, --jobs N in N guests side by side,
+                        --budget: stop after SECS in all, tests not reached
+                        by then count as skipped (CI's debug run)
   demo                  boot the guest and run scripts/guest/demo.sh
   bench [--reps N]      overhead of fctrace vs ftrace function_graph vs none (JSON in target/fctrace)
 ";

@@ -1,4 +1,5 @@
-//! `cargo xtask test [PATTERN] [--debug] [--jobs N] [--timeout SECS] [--test-timeout SECS]`:
+//! `cargo xtask test [PATTERN] [--debug] [--jobs N] [--timeout SECS] [--test-timeout SECS]
+//! [--budget SECS]`:
 //! 1. `cargo test --workspace` on the host (env `FCTRACE_VMLINUX=<KDIR>/vmlinux`);
 //! 2. boot the guest with `/selftests/fctracetest [PATTERN]` as the script; with
 //!    `--jobs N`, N guests side by side, guest i running every Nth test from the i-th
@@ -8,6 +9,11 @@
 //!
 //! Fails if a host test failed, a selftest failed, the runner did not finish,
 //! or the console shows a kernel problem report.
+//!
+//! `--budget SECS` bounds the whole command (CI runs the debug kernel's tests in what is
+//! left of its time): a guest still running when the budget ends is stopped, the tests
+//! it had not reported are counted as skipped and named in the summary, and what did
+//! run is judged as usual.
 
 use std::io::Write;
 
@@ -22,6 +28,11 @@ pub fn cmd(mut args: Args) -> Result<i32> {
     let jobs: u32 = args.opt_num("--jobs")?.unwrap_or(1);
     if !(1..=8).contains(&jobs) {
         return Err("--jobs: 1 to 8 guests".into());
+    }
+    let started = std::time::Instant::now();
+    let budget = args.opt_num::<u64>("--budget")?.map(std::time::Duration::from_secs);
+    if budget.is_some_and(|b| b.as_secs() < 60) {
+        return Err("--budget: at least 60 seconds".into());
     }
     let mut opts = VmOpts::from_args(&mut args)?;
     // The debug kernel (KASAN + lockdep, emulated) runs the same tests about
@@ -72,6 +83,13 @@ pub fn cmd(mut args: Args) -> Result<i32> {
     )?;
     script.flush()?;
     let (kdir, initrd) = vm::prepare(true, Some(script.path()))?;
+    // What is left of the budget bounds the guests (at least a minute, to boot and report).
+    let cut_at = budget.map(|b| b.saturating_sub(started.elapsed()).max(std::time::Duration::from_secs(60)));
+    if let Some(left) = cut_at.filter(|&left| left < opts.timeout) {
+        note(format!("budget: the guests get the {} s left of it", left.as_secs()));
+        opts.timeout = left;
+    }
+    let budget_bound = cut_at.is_some_and(|left| left <= opts.timeout);
     let runs: Vec<vm::VmRun> = if jobs == 1 {
         vec![vm::run_script(&kdir, &initrd, &opts)?]
     } else {
@@ -97,11 +115,22 @@ pub fn cmd(mut args: Args) -> Result<i32> {
     let problems = vm::print_reports(&kdir, &reports);
 
     // 3. summary
-    let ktaps: Vec<Ktap> = runs.iter().map(|r| parse_ktap(&r.console)).collect();
+    // A guest stopped by the budget (not by a hang: its own timeout was the budget's rest)
+    // is judged on what it reported; its tests not reported are skipped, not failed.
+    let cut: Vec<bool> = runs.iter().map(|r| budget_bound && r.timed_out && r.exit.is_none()).collect();
+    let ktaps: Vec<Ktap> = runs
+        .iter()
+        .zip(&cut)
+        .map(|(r, &c)| {
+            let mut k = parse_ktap(&r.console);
+            k.cut = c;
+            k
+        })
+        .collect();
     let k = Ktap::merge(ktaps);
     let s = k.summary();
-    let exited_ok = runs.iter().all(|r| r.exit == Some(0));
-    let exited = runs.iter().all(|r| r.exit.is_some());
+    let exited_ok = runs.iter().zip(&cut).all(|(r, &c)| c || r.exit == Some(0));
+    let exited = runs.iter().zip(&cut).all(|(r, &c)| c || r.exit.is_some());
     println!();
     println!("==================== fctrace test summary");
     println!(
@@ -111,7 +140,7 @@ pub fn cmd(mut args: Args) -> Result<i32> {
     for (num, name) in &k.failed_names {
         println!("FAILED selftest {num}: {name}");
     }
-    if let Some(p) = k.plan {
+    if let Some(p) = k.plan.filter(|_| !k.cut) {
         if k.results < p {
             println!(
                 "selftests: {} of {p} planned tests did not report",
@@ -119,9 +148,19 @@ pub fn cmd(mut args: Args) -> Result<i32> {
             );
         }
     }
+    for (i, r) in runs.iter().enumerate().filter(|&(i, _)| cut[i]) {
+        let guest = if jobs == 1 { String::new() } else { format!(" (guest {})", i + 1) };
+        let not_run = not_reported(&r.console);
+        println!(
+            "selftests{guest}: the budget ran out ({} s in all): {} tests not run, counted as skipped: {}",
+            budget.map_or(0, |b| b.as_secs()),
+            not_run.len(),
+            if not_run.is_empty() { "(the guest had not listed its tests yet)".to_string() } else { not_run.join(" ") }
+        );
+    }
     if !k.started {
         println!("selftests: the runner produced no KTAP output");
-    } else if !k.totals_seen || !exited {
+    } else if !k.totals_seen && !k.cut || !exited {
         println!("selftests: the runner did not finish");
     } else if !exited_ok && s.failed == 0 {
         let st: Vec<_> = runs.iter().map(|r| r.exit).collect();
@@ -142,7 +181,7 @@ pub fn cmd(mut args: Args) -> Result<i32> {
         s.passed, s.failed, s.skipped
     );
 
-    let ok = host_ok && s.failed == 0 && k.started && k.totals_seen && exited_ok && !problems;
+    let ok = host_ok && s.failed == 0 && k.started && (k.totals_seen || k.cut) && exited_ok && !problems;
     Ok(if ok { 0 } else { 1 })
 }
 
@@ -163,6 +202,9 @@ pub struct Ktap {
     pub totals: Option<Summary>,
     pub totals_seen: bool,
     pub failed_names: Vec<(usize, String)>,
+    /// Stopped by `--budget`: tests planned but not reported are skipped, not failed.
+    /// After [`Ktap::merge`]: some part was.
+    pub cut: bool,
 }
 
 /// The guest script's way to its shard: `fctrace.shard=i/N` on the kernel command line
@@ -176,9 +218,15 @@ impl Ktap {
     pub fn merge(parts: Vec<Ktap>) -> Ktap {
         let mut parts = parts.into_iter();
         let Some(mut k) = parts.next() else { return Ktap::default() };
+        let mut sum = k.summary();
         for p in parts {
+            let ps = p.summary();
+            sum.passed += ps.passed;
+            sum.failed += ps.failed;
+            sum.skipped += ps.skipped;
             k.started &= p.started;
             k.totals_seen &= p.totals_seen;
+            k.cut |= p.cut;
             k.plan = match (k.plan, p.plan) {
                 (Some(a), Some(b)) => Some(a + b),
                 _ => None,
@@ -187,22 +235,18 @@ impl Ktap {
             k.parsed.passed += p.parsed.passed;
             k.parsed.failed += p.parsed.failed;
             k.parsed.skipped += p.parsed.skipped;
-            k.totals = match (k.totals.take(), p.totals) {
-                (Some(a), Some(b)) => Some(Summary {
-                    passed: a.passed + b.passed,
-                    failed: a.failed + b.failed,
-                    skipped: a.skipped + b.skipped,
-                }),
-                _ => None,
-            };
             k.failed_names.extend(p.failed_names);
         }
+        // Each part's own count (its totals line, or its results with the missing ones
+        // failed or, cut by the budget, skipped), added up.
+        k.totals = Some(sum);
         k
     }
 
     /// Counts: the runner's `# Totals:` line when present (robust against
     /// kernel messages that garble a result line); otherwise the parsed
-    /// result lines, with planned-but-missing tests counted as failed.
+    /// result lines, with planned-but-missing tests counted as failed (as
+    /// skipped when the budget stopped the run).
     pub fn summary(&self) -> Summary {
         if let Some(t) = &self.totals {
             return Summary { ..*t };
@@ -211,12 +255,34 @@ impl Ktap {
             .plan
             .map(|p| p.saturating_sub(self.results))
             .unwrap_or(0);
+        let (failed, skipped) = if self.cut { (0, missing) } else { (missing, 0) };
         Summary {
             passed: self.parsed.passed,
-            failed: self.parsed.failed + missing,
-            skipped: self.parsed.skipped,
+            failed: self.parsed.failed + failed,
+            skipped: self.parsed.skipped + skipped,
         }
     }
+}
+
+/// The tests of the console's last run that `fctracetest` planned (its `# planned:` line)
+/// but did not report a result for, in order.
+pub fn not_reported(console: &str) -> Vec<String> {
+    let run = console.rfind("KTAP version 1").map_or(console, |i| &console[i..]);
+    let mut planned: Vec<String> = Vec::new();
+    let mut reported: Vec<&str> = Vec::new();
+    for line in run.lines().map(|l| l.trim_end_matches('\r')) {
+        if let Some(list) = line.strip_prefix("# planned:") {
+            planned = list.split_whitespace().map(str::to_string).collect();
+        } else if let Some(rest) = line.strip_prefix("ok ").or_else(|| line.strip_prefix("not ok ")) {
+            // "<n> <test>: <description>" or "<n> <test> # SKIP ..."
+            if let Some(name) = rest.split_once(' ').map(|(_, r)| r) {
+                let end = name.find([':', ' ']).unwrap_or(name.len());
+                reported.push(&name[..end]);
+            }
+        }
+    }
+    planned.retain(|t| !reported.contains(&t.as_str()));
+    planned
 }
 
 /// Parse the top-level KTAP output of `fctracetest` from the console.
@@ -373,6 +439,31 @@ FCTRACE-EXIT: 1
         let k = Ktap::merge(vec![parse_ktap("KTAP version 1\n1..1\nok 1 a: a\n# Totals: pass:1 fail:0 skip:0\n"), c]);
         assert!(!k.totals_seen);
         assert_eq!(k.summary(), Summary { passed: 2, failed: 1, skipped: 0 });
+    }
+
+    #[test]
+    fn budget_cut_counts_missing_as_skipped() {
+        let console = "KTAP version 1\n1..4\n# planned: a.tc b.tc c/d.tc kmemleak\nok 1 a.tc: a\n\
+                       not ok 2 b.tc: b\n# time: 3s c/d.tc\n";
+        let mut k = parse_ktap(console);
+        k.cut = true;
+        assert_eq!(k.summary(), Summary { passed: 1, failed: 1, skipped: 2 });
+        assert_eq!(not_reported(console), vec!["c/d.tc", "kmemleak"]);
+        // a finished guest beside a cut one: only the cut one's missing tests are skipped
+        let done = parse_ktap("KTAP version 1\n1..1\nok 1 e.tc\n# Totals: pass:1 fail:0 skip:0\n");
+        let m = Ktap::merge(vec![done, k]);
+        assert!(m.cut && !m.totals_seen);
+        assert_eq!(m.summary(), Summary { passed: 2, failed: 1, skipped: 2 });
+        // not cut, the same output counts the missing ones as failed
+        assert_eq!(parse_ktap(console).summary(), Summary { passed: 1, failed: 3, skipped: 0 });
+    }
+
+    #[test]
+    fn not_reported_reads_the_last_run() {
+        let console = "KTAP version 1\n# planned: x.tc\nKTAP version 1\n1..2\n# planned: a.tc b.tc\n\
+                       ok 1 a.tc # SKIP no ftrace\n";
+        assert_eq!(not_reported(console), vec!["b.tc"]);
+        assert!(not_reported("no run\n").is_empty());
     }
 
     #[test]
