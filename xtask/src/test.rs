@@ -152,7 +152,7 @@ pub fn cmd(mut args: Args) -> Result<i32> {
         let guest = if jobs == 1 { String::new() } else { format!(" (guest {})", i + 1) };
         let not_run = not_reported(&r.console);
         println!(
-            "selftests{guest}: the budget ran out ({} s in all): {} tests not run, counted as skipped: {}",
+            "selftests{guest}: the budget ran out ({} s in all): {} tests not run (the first was running), counted as skipped: {}",
             budget.map_or(0, |b| b.as_secs()),
             not_run.len(),
             if not_run.is_empty() { "(the guest had not listed its tests yet)".to_string() } else { not_run.join(" ") }
