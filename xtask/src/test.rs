@@ -127,6 +127,9 @@ pub fn cmd(mut args: Args) -> Result<i32> {
             k
         })
         .collect();
+    // Each guest printed its totals, or the budget stopped it (checked per guest: after the
+    // merge, a cut guest would hide a finished one's missing totals).
+    let finished = ktaps.iter().all(Ktap::finished);
     let k = Ktap::merge(ktaps);
     let s = k.summary();
     let exited_ok = runs.iter().zip(&cut).all(|(r, &c)| c || r.exit == Some(0));
@@ -160,7 +163,7 @@ pub fn cmd(mut args: Args) -> Result<i32> {
     }
     if !k.started {
         println!("selftests: the runner produced no KTAP output");
-    } else if !k.totals_seen && !k.cut || !exited {
+    } else if !finished || !exited {
         println!("selftests: the runner did not finish");
     } else if !exited_ok && s.failed == 0 {
         let st: Vec<_> = runs.iter().map(|r| r.exit).collect();
@@ -181,7 +184,7 @@ pub fn cmd(mut args: Args) -> Result<i32> {
         s.passed, s.failed, s.skipped
     );
 
-    let ok = host_ok && s.failed == 0 && k.started && (k.totals_seen || k.cut) && exited_ok && !problems;
+    let ok = host_ok && s.failed == 0 && k.started && finished && exited_ok && !problems;
     Ok(if ok { 0 } else { 1 })
 }
 
@@ -241,6 +244,11 @@ impl Ktap {
         // failed or, cut by the budget, skipped), added up.
         k.totals = Some(sum);
         k
+    }
+
+    /// The runner got to its totals line, or the budget stopped it (one guest's output).
+    pub fn finished(&self) -> bool {
+        self.totals_seen || self.cut
     }
 
     /// Counts: the runner's `# Totals:` line when present (robust against
@@ -449,6 +457,8 @@ FCTRACE-EXIT: 1
         k.cut = true;
         assert_eq!(k.summary(), Summary { passed: 1, failed: 1, skipped: 2 });
         assert_eq!(not_reported(console), vec!["c/d.tc", "kmemleak"]);
+        // a cut guest has finished as far as it could; one that stopped without totals has not
+        assert!(k.finished() && !parse_ktap("KTAP version 1\n1..1\nok 1 e.tc\n").finished());
         // a finished guest beside a cut one: only the cut one's missing tests are skipped
         let done = parse_ktap("KTAP version 1\n1..1\nok 1 e.tc\n# Totals: pass:1 fail:0 skip:0\n");
         let m = Ktap::merge(vec![done, k]);
