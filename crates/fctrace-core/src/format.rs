@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! Turns records into the text of `trace` and `trace_pipe`, in the style of ftrace's
 //! function_graph tracer:
 //!
@@ -7,7 +9,9 @@
 //!  1)             cat-83 | +     12.345 us  |  } /* vfs_read ret=0x1d */
 //! ```
 
-use crate::record::{Kind, Reason, Record, F_DURATION, F_INDIRECT, F_IRQ, F_RETVAL, F_SOFTIRQ, F_TAIL};
+use crate::record::{
+    Kind, Reason, Record, F_DURATION, F_INDIRECT, F_IRQ, F_RETVAL, F_SOFTIRQ, F_TAIL,
+};
 use core::fmt::{self, Write};
 
 /// How records are shown.
@@ -64,7 +68,13 @@ impl fmt::Display for Task<'_> {
 fn write_prefix(w: &mut impl Write, r: &Record, dur: Option<u64>) -> fmt::Result {
     write!(w, "{:>2}) {} |", r.cpu, Task(r))?;
     match dur {
-        Some(ns) => write!(w, " {} {:>6}.{:03} us  |", duration_mark(ns), ns / 1000, ns % 1000),
+        Some(ns) => write!(
+            w,
+            " {} {:>6}.{:03} us  |",
+            duration_mark(ns),
+            ns / 1000,
+            ns % 1000
+        ),
         None => w.write_str("                 |"),
     }?;
     for _ in 0..=r.depth {
@@ -73,7 +83,11 @@ fn write_prefix(w: &mut impl Write, r: &Record, dur: Option<u64>) -> fmt::Result
     Ok(())
 }
 
-fn write_comment(w: &mut impl Write, head: Option<&str>, parts: &[&dyn fmt::Display]) -> fmt::Result {
+fn write_comment(
+    w: &mut impl Write,
+    head: Option<&str>,
+    parts: &[&dyn fmt::Display],
+) -> fmt::Result {
     if parts.is_empty() && head.is_none() {
         return Ok(());
     }
@@ -146,8 +160,14 @@ pub fn write_record(
     let tail = "tail call";
     let indirect = "indirect";
     let retval;
-    let closing = ret.or(if kind == Some(Kind::Ret) { Some(r) } else { None });
-    let dur = closing.filter(|c| opts.duration && c.flags & F_DURATION != 0).map(|c| c.dur);
+    let closing = ret.or(if kind == Some(Kind::Ret) {
+        Some(r)
+    } else {
+        None
+    });
+    let dur = closing
+        .filter(|c| opts.duration && c.flags & F_DURATION != 0)
+        .map(|c| c.dur);
     if kind != Some(Kind::Ret) {
         if r.flags & F_TAIL != 0 {
             notes[n] = &tail;
@@ -234,7 +254,10 @@ mod tests {
         r
     }
 
-    const ALL: Options = Options { retval: true, duration: true };
+    const ALL: Options = Options {
+        retval: true,
+        duration: true,
+    };
 
     #[test]
     fn call_ret_and_leaf_lines() {
@@ -272,8 +295,21 @@ mod tests {
         ret.flags = F_DURATION | F_RETVAL;
         ret.retval = (-22i64) as u64;
         ret.dur = 5;
-        write_record(&mut s, &ret, "f", None, Options { retval: true, duration: false }).unwrap();
-        assert_eq!(s, " 1)             cat-83 |                 |      } /* f ret=-22 */\n");
+        write_record(
+            &mut s,
+            &ret,
+            "f",
+            None,
+            Options {
+                retval: true,
+                duration: false,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            s,
+            " 1)             cat-83 |                 |      } /* f ret=-22 */\n"
+        );
     }
 
     #[test]

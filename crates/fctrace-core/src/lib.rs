@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! Logic shared by the fctrace kernel module and host tools.
 //!
 //! Every module here is a single self-contained file that the kernel module also compiles,
@@ -5,7 +7,7 @@
 //! thing in both builds. Nothing here allocates or panics on bad input.
 #![no_std]
 
-pub mod cond;
 pub mod format;
 pub mod parse;
 pub mod record;
+pub mod shadow;

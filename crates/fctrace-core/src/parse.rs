@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! Parsers for what users write into the control files, and for kernel symbol strings.
 //!
 //! Each parser takes the raw bytes of one `write()` and either returns the complete new
@@ -18,8 +20,14 @@ pub enum ParseError {
 
 /// Strips leading and trailing ASCII white space (including the newline `echo` adds).
 pub fn trim(b: &[u8]) -> &[u8] {
-    let start = b.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(b.len());
-    let end = b.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(start, |e| e + 1);
+    let start = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(b.len());
+    let end = b
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
     b.get(start..end).unwrap_or(&[])
 }
 
@@ -133,7 +141,9 @@ pub fn parse_symbol(b: &[u8]) -> Result<Symbol<'_>, ParseError> {
     if t.first().is_some_and(|c| c.is_ascii_digit()) || !t.iter().all(|&c| is_sym_char(c)) {
         return Err(ParseError::Invalid);
     }
-    core::str::from_utf8(t).map(Symbol::Name).map_err(|_| ParseError::Invalid)
+    core::str::from_utf8(t)
+        .map(Symbol::Name)
+        .map_err(|_| ParseError::Invalid)
 }
 
 /// What `sprint_symbol()` prints: `name+0xoff/0xsize [module]`.
@@ -172,7 +182,12 @@ pub fn parse_sprint_symbol(s: &str) -> Option<SymbolInfo<'_>> {
     if name.is_empty() {
         return None;
     }
-    Some(SymbolInfo { name, offset: parse_hex_prefixed(off)?, size: parse_hex_prefixed(size)?, module })
+    Some(SymbolInfo {
+        name,
+        offset: parse_hex_prefixed(off)?,
+        size: parse_hex_prefixed(size)?,
+        module,
+    })
 }
 
 /// Glob matching as in ftrace filters: `*` matches any run, `?` one character, everything
@@ -232,7 +247,10 @@ pub fn parse_filter<'a>(
         if glob.is_empty() || glob.len() >= KSYM_NAME_LEN {
             return Err(ParseError::Invalid);
         }
-        if !glob.iter().all(|&c| is_sym_char(c) || c == b'*' || c == b'?') {
+        if !glob
+            .iter()
+            .all(|&c| is_sym_char(c) || c == b'*' || c == b'?')
+        {
             return Err(ParseError::Invalid);
         }
         f(FilterPattern { negate, glob })?;
@@ -277,7 +295,8 @@ pub fn filter_verdict<'a>(
     }
 }
 
-/// Boolean options of the `options` file.
+/// Boolean options of the `options` file. The value is the option's index in
+/// [`OPTIONS`] (and in the module's table of option values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OptionName {
     /// `follow-forks`: trace children of traced processes too.
@@ -294,13 +313,19 @@ pub enum OptionName {
     Lossless,
 }
 
-/// All options with their names, in the order the `options` file lists them.
-pub const OPTIONS: [(OptionName, &str); 5] = [
-    (OptionName::FollowForks, "follow-forks"),
-    (OptionName::Retval, "retval"),
-    (OptionName::Duration, "duration"),
-    (OptionName::Irqs, "irqs"),
-    (OptionName::Lossless, "lossless"),
+impl OptionName {
+    /// How many options there are.
+    pub const COUNT: usize = OPTIONS.len();
+}
+
+/// All options with their names and defaults, in the order the `options` file lists
+/// them, which is the order of [`OptionName`].
+pub const OPTIONS: [(OptionName, &str, bool); 5] = [
+    (OptionName::FollowForks, "follow-forks", false),
+    (OptionName::Retval, "retval", false),
+    (OptionName::Duration, "duration", true),
+    (OptionName::Irqs, "irqs", false),
+    (OptionName::Lossless, "lossless", false),
 ];
 
 /// Parses one write to `options`: `name` sets, `noname` clears. Exactly one option.
@@ -310,7 +335,7 @@ pub fn parse_option(b: &[u8]) -> Result<(OptionName, bool), ParseError> {
         Some(rest) => (false, rest),
         None => (true, t),
     };
-    for (opt, n) in OPTIONS {
+    for (opt, n, _) in OPTIONS {
         if name == n.as_bytes() {
             return Ok((opt, value));
         }
@@ -323,6 +348,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn options_table_is_indexed_by_option() {
+        for (i, (opt, _, _)) in OPTIONS.iter().enumerate() {
+            assert_eq!(*opt as usize, i);
+        }
+    }
+
+    #[test]
     fn numbers() {
         assert_eq!(parse_u64(b"42\n"), Ok(42));
         assert_eq!(parse_u64(b" 7 "), Ok(7));
@@ -330,7 +362,10 @@ mod tests {
         assert_eq!(parse_u64(b"-1"), Err(ParseError::Invalid));
         assert_eq!(parse_u64(b"1x"), Err(ParseError::Invalid));
         assert_eq!(parse_u64(b"99999999999999999999"), Err(ParseError::Range));
-        assert_eq!(parse_u64(b"999999999999999999999999"), Err(ParseError::TooLong));
+        assert_eq!(
+            parse_u64(b"999999999999999999999999"),
+            Err(ParseError::TooLong)
+        );
         assert_eq!(parse_range(b"65", 0, 64), Err(ParseError::Range));
         assert_eq!(parse_bool(b"1\n"), Ok(true));
         assert_eq!(parse_bool(b"2"), Err(ParseError::Invalid));
@@ -356,21 +391,33 @@ mod tests {
     fn symbols() {
         assert_eq!(parse_symbol(b"vfs_read\n"), Ok(Symbol::Name("vfs_read")));
         assert_eq!(parse_symbol(b"\n"), Ok(Symbol::None));
-        assert_eq!(parse_symbol(b"0xffffffff81000000"), Ok(Symbol::Addr(0xffff_ffff_8100_0000)));
+        assert_eq!(
+            parse_symbol(b"0xffffffff81000000"),
+            Ok(Symbol::Addr(0xffff_ffff_8100_0000))
+        );
         assert_eq!(parse_symbol(b"0x"), Err(ParseError::Invalid));
         assert_eq!(parse_symbol(b"foo bar"), Err(ParseError::Invalid));
         assert_eq!(parse_symbol(b"9abc"), Err(ParseError::Invalid));
         assert_eq!(parse_symbol(b"\xff\xfe"), Err(ParseError::Invalid));
         assert_eq!(parse_symbol(&[b'a'; 600]), Err(ParseError::TooLong));
-        assert_eq!(parse_symbol(b"__x64_sys_openat.cold"), Ok(Symbol::Name("__x64_sys_openat.cold")));
+        assert_eq!(
+            parse_symbol(b"__x64_sys_openat.cold"),
+            Ok(Symbol::Name("__x64_sys_openat.cold"))
+        );
     }
 
     #[test]
     fn sprint_symbol_output() {
         let i = parse_sprint_symbol("vfs_read+0x0/0x1a0").unwrap();
-        assert_eq!((i.name, i.offset, i.size, i.module), ("vfs_read", 0, 0x1a0, None));
+        assert_eq!(
+            (i.name, i.offset, i.size, i.module),
+            ("vfs_read", 0, 0x1a0, None)
+        );
         let i = parse_sprint_symbol("fctrace_x+0x10/0x40 [fctrace]").unwrap();
-        assert_eq!((i.name, i.offset, i.module), ("fctrace_x", 0x10, Some("fctrace")));
+        assert_eq!(
+            (i.name, i.offset, i.module),
+            ("fctrace_x", 0x10, Some("fctrace"))
+        );
         assert!(parse_sprint_symbol("0xffffffff81000000").is_none());
         assert!(parse_sprint_symbol("+0x0/0x1").is_none());
     }
@@ -389,7 +436,10 @@ mod tests {
 
     #[test]
     fn filters() {
-        let mut pats = [FilterPattern { negate: false, glob: b"" }; 4];
+        let mut pats = [FilterPattern {
+            negate: false,
+            glob: b"",
+        }; 4];
         let mut n = 0;
         assert_eq!(
             parse_filter(b"vfs_*\n!*lock*\n", |p| {
@@ -400,9 +450,18 @@ mod tests {
             Ok(2)
         );
         let it = pats[..n].iter().copied();
-        assert_eq!(filter_verdict(it.clone(), b"vfs_read"), FilterVerdict::Follow);
-        assert_eq!(filter_verdict(it.clone(), b"vfs_lock_file"), FilterVerdict::Hide);
-        assert_eq!(filter_verdict(it.clone(), b"rw_verify_area"), FilterVerdict::Leaf);
+        assert_eq!(
+            filter_verdict(it.clone(), b"vfs_read"),
+            FilterVerdict::Follow
+        );
+        assert_eq!(
+            filter_verdict(it.clone(), b"vfs_lock_file"),
+            FilterVerdict::Hide
+        );
+        assert_eq!(
+            filter_verdict(it.clone(), b"rw_verify_area"),
+            FilterVerdict::Leaf
+        );
         let none = [].iter().copied();
         assert_eq!(filter_verdict(none, b"x"), FilterVerdict::Follow);
         assert_eq!(parse_filter(b"!\n", |_| Ok(())), Err(ParseError::Invalid));
@@ -414,9 +473,15 @@ mod tests {
     fn options() {
         assert_eq!(parse_option(b"retval\n"), Ok((OptionName::Retval, true)));
         assert_eq!(parse_option(b"noretval"), Ok((OptionName::Retval, false)));
-        assert_eq!(parse_option(b"follow-forks"), Ok((OptionName::FollowForks, true)));
+        assert_eq!(
+            parse_option(b"follow-forks"),
+            Ok((OptionName::FollowForks, true))
+        );
         assert_eq!(parse_option(b"irqs"), Ok((OptionName::Irqs, true)));
-        assert_eq!(parse_option(b"nolossless\n"), Ok((OptionName::Lossless, false)));
+        assert_eq!(
+            parse_option(b"nolossless\n"),
+            Ok((OptionName::Lossless, false))
+        );
         assert_eq!(parse_option(b"irqs lossless"), Err(ParseError::Invalid));
         assert_eq!(parse_option(b"nosuch"), Err(ParseError::Invalid));
         assert_eq!(parse_option(b""), Err(ParseError::Invalid));

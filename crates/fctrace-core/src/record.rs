@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! The binary record that the probe handlers write into the ring buffer.
 //!
 //! One record is one event of one task: a call that opens a frame, the return that closes
@@ -206,7 +208,11 @@ impl Record {
 
     /// The task name as text (up to the first NUL).
     pub fn comm_str(&self) -> &str {
-        let n = self.comm.iter().position(|&c| c == 0).unwrap_or(self.comm.len());
+        let n = self
+            .comm
+            .iter()
+            .position(|&c| c == 0)
+            .unwrap_or(self.comm.len());
         core::str::from_utf8(self.comm.get(..n).unwrap_or(&[])).unwrap_or("?")
     }
 }

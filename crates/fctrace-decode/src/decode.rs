@@ -91,8 +91,10 @@ pub enum Flow {
     /// `jmp *mem`; also the far indirect jump `ljmp *mem` (`ff /5`).
     JmpMem(Mem),
     /// Conditional jumps (`jcc rel8/rel32`, `jrcxz`, `loop`, `loope`,
-    /// `loopne`) and `xbegin` (whose target is the abort path): absolute target.
-    Jcc(u64),
+    /// `loopne`) and `xbegin` (whose target is the abort path): absolute
+    /// target, and the condition code of a `jcc` (`None` for `jrcxz`, the
+    /// `loop`s and `xbegin`, which branch on something else than RFLAGS).
+    Jcc(u64, Option<Cond>),
     /// Near `ret` and `ret imm16`; also the other returns: far `lret`,
     /// `iret`, `sysret`, `sysexit`, `uiret`, `eretu`, `erets`, `rsm`,
     /// and `skinit`: control does not come back to the next instruction.
@@ -101,6 +103,79 @@ pub enum Flow {
     Int3,
     /// `ud2` / `ud1` / `ud0` (the kernel's `BUG()`/`WARN()` sites).
     Ud,
+}
+
+/// An x86 condition code: the low 4 bits of a `jcc` opcode (`70+cc`,
+/// `0f 80+cc`), which say which RFLAGS state makes the jump taken.
+///
+/// Odd codes are the negation of the even code below them (`jne` = not `je`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cond(u8);
+
+impl Cond {
+    /// `jo`: OF.
+    pub const O: Cond = Cond(0);
+    /// `jno`: !OF.
+    pub const NO: Cond = Cond(1);
+    /// `jb` / `jc` / `jnae`: CF.
+    pub const B: Cond = Cond(2);
+    /// `jae` / `jnc` / `jnb`: !CF.
+    pub const AE: Cond = Cond(3);
+    /// `je` / `jz`: ZF.
+    pub const E: Cond = Cond(4);
+    /// `jne` / `jnz`: !ZF.
+    pub const NE: Cond = Cond(5);
+    /// `jbe` / `jna`: CF or ZF.
+    pub const BE: Cond = Cond(6);
+    /// `ja` / `jnbe`: !CF and !ZF.
+    pub const A: Cond = Cond(7);
+    /// `js`: SF.
+    pub const S: Cond = Cond(8);
+    /// `jns`: !SF.
+    pub const NS: Cond = Cond(9);
+    /// `jp` / `jpe`: PF.
+    pub const P: Cond = Cond(10);
+    /// `jnp` / `jpo`: !PF.
+    pub const NP: Cond = Cond(11);
+    /// `jl` / `jnge`: SF != OF.
+    pub const L: Cond = Cond(12);
+    /// `jge` / `jnl`: SF == OF.
+    pub const GE: Cond = Cond(13);
+    /// `jle` / `jng`: ZF or SF != OF.
+    pub const LE: Cond = Cond(14);
+    /// `jg` / `jnle`: !ZF and SF == OF.
+    pub const G: Cond = Cond(15);
+
+    /// The condition with code `code` (only its low 4 bits count).
+    pub const fn new(code: u8) -> Cond {
+        Cond(code & 0xf)
+    }
+
+    /// The 4-bit code, 0..=15.
+    pub const fn code(self) -> u8 {
+        self.0
+    }
+
+    /// Whether the condition holds (the jump is taken) for the RFLAGS value
+    /// `rflags`.
+    pub fn holds(self, rflags: u64) -> bool {
+        let cf = rflags & (1 << 0) != 0;
+        let pf = rflags & (1 << 2) != 0;
+        let zf = rflags & (1 << 6) != 0;
+        let sf = rflags & (1 << 7) != 0;
+        let of = rflags & (1 << 11) != 0;
+        let base = match (self.0 >> 1) & 7 {
+            0 => of,             // jo / jno
+            1 => cf,             // jb / jae
+            2 => zf,             // je / jne
+            3 => cf || zf,       // jbe / ja
+            4 => sf,             // js / jns
+            5 => pf,             // jp / jnp
+            6 => sf != of,       // jl / jge
+            _ => zf || sf != of, // jle / jg
+        };
+        base ^ (self.0 & 1 != 0)
+    }
 }
 
 /// One decoded instruction.
@@ -382,6 +457,8 @@ pub fn decode(bytes: &[u8], ip: u64) -> Result<Insn, DecodeError> {
     let mut nop = false;
     // Relative branch: (size of rel, kind) where kind 0=call 1=jmp 2=jcc.
     let mut rel: Option<(u8, u8)> = None;
+    // The condition code of a `jcc` (kind 2).
+    let mut cond: Option<Cond> = None;
 
     match op {
         0x0f => {
@@ -477,7 +554,10 @@ pub fn decode(bytes: &[u8], ip: u64) -> Result<Insn, DecodeError> {
                 | 0xa8
                 | 0xa9
                 | 0xc8..=0xcf => {}
-                0x80..=0x8f => rel = Some((4, 2)),
+                0x80..=0x8f => {
+                    rel = Some((4, 2));
+                    cond = Some(Cond::new(op2));
+                }
                 0x38 => {
                     c.byte()?;
                     modrm(&mut c, &p, rex, false)?;
@@ -527,7 +607,12 @@ pub fn decode(bytes: &[u8], ip: u64) -> Result<Insn, DecodeError> {
             modrm(&mut c, &p, rex, false)?;
             c.skip(1)?;
         }
-        0x70..=0x7f | 0xe0..=0xe3 => rel = Some((1, 2)),
+        0x70..=0x7f => {
+            rel = Some((1, 2));
+            cond = Some(Cond::new(op));
+        }
+        // loopne / loope / loop / jrcxz: no condition code.
+        0xe0..=0xe3 => rel = Some((1, 2)),
         0x81 => {
             modrm(&mut c, &p, rex, false)?;
             c.skip(p.immz())?;
@@ -633,7 +718,7 @@ pub fn decode(bytes: &[u8], ip: u64) -> Result<Insn, DecodeError> {
         flow = match kind {
             0 => Flow::Call(target),
             1 => Flow::Jmp(target),
-            _ => Flow::Jcc(target),
+            _ => Flow::Jcc(target, cond),
         };
     }
 

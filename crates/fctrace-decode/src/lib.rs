@@ -8,7 +8,8 @@
 //! (`pub`, or `#[allow(dead_code, unreachable_pub)] mod decode;`, so that the
 //! kernel's `-Wunreachable_pub` and dead-code lints stay quiet).
 //!
-//! [`decode`] decodes one instruction (length, [`Flow`], `endbr64`, nop);
+//! [`decode`] decodes one instruction (length, [`Flow`], `endbr64`, nop;
+//! a conditional jump's [`Cond`], which [`Cond::holds`] evaluates on RFLAGS);
 //! [`scan`] sweeps a whole function body.
 #![no_std]
 // The decoder must not be able to panic (it runs in the kernel, on live text).

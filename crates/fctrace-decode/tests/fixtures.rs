@@ -131,14 +131,14 @@ fn fixtures_decode_like_iced_and_show_kernel_facts() {
     assert!(e.iter().any(|(_, i)| i.flow == Flow::Ret), "sysretq");
     assert_eq!(e.last().unwrap().1.flow, Flow::Int3);
 
-    // x64_sys_call: a compare tree of conditional jumps.
-    assert!(
-        flows("x64_sys_call")
-            .iter()
-            .filter(|f| matches!(f, Flow::Jcc(_)))
-            .count()
-            >= 10
-    );
+    // x64_sys_call: a compare tree of conditional jumps, each with a
+    // condition code (no jrcxz/loop in compiled C).
+    let sys_jccs: Vec<_> = flows("x64_sys_call")
+        .into_iter()
+        .filter(|f| matches!(f, Flow::Jcc(..)))
+        .collect();
+    assert!(sys_jccs.len() >= 10);
+    assert!(sys_jccs.iter().all(|f| matches!(f, Flow::Jcc(_, Some(_)))));
 
     // The retpoline thunk body: call 1f; int3; 1: mov %rax,(%rsp); ret.
     let t = &dec["__x86_indirect_thunk_array"];

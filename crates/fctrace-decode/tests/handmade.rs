@@ -4,7 +4,7 @@
 
 mod common;
 
-use fctrace_decode::{decode, scan, DecodeError, Flow, Insn, Mem, Seg};
+use fctrace_decode::{decode, scan, Cond, DecodeError, Flow, Insn, Mem, Seg};
 
 const IP: u64 = 0xffff_ffff_8100_0000;
 
@@ -200,20 +200,113 @@ fn jumps() {
         Flow::JmpMem(mem(Some(0), None, 1, 0))
     );
     // 74 05    je IP+7;   0f 84 00 10 00 00    je IP+0x1006
-    assert_eq!(flow(&[0x74, 0x05], IP), Flow::Jcc(IP + 7));
+    assert_eq!(flow(&[0x74, 0x05], IP), Flow::Jcc(IP + 7, Some(Cond::E)));
     assert_eq!(
         flow(&[0x0f, 0x84, 0x00, 0x10, 0, 0], IP),
-        Flow::Jcc(IP + 0x1006)
+        Flow::Jcc(IP + 0x1006, Some(Cond::E))
     );
     // e3 fe    jrcxz .;   e2 fc    loop .-2;   67 e3 00    jecxz IP+3
-    assert_eq!(flow(&[0xe3, 0xfe], IP), Flow::Jcc(IP));
-    assert_eq!(flow(&[0xe2, 0xfc], IP), Flow::Jcc(IP - 2));
-    assert_eq!(flow(&[0x67, 0xe3, 0x00], IP), Flow::Jcc(IP + 3));
+    assert_eq!(flow(&[0xe3, 0xfe], IP), Flow::Jcc(IP, None));
+    assert_eq!(flow(&[0xe2, 0xfc], IP), Flow::Jcc(IP - 2, None));
+    assert_eq!(flow(&[0x67, 0xe3, 0x00], IP), Flow::Jcc(IP + 3, None));
+    // e1 00    loope IP+2;   e0 00    loopne IP+2: they test ZF, but also
+    // count rcx down, so they carry no condition code.
+    assert_eq!(flow(&[0xe1, 0x00], IP), Flow::Jcc(IP + 2, None));
+    assert_eq!(flow(&[0xe0, 0x00], IP), Flow::Jcc(IP + 2, None));
     // c7 f8 00 01 00 00    xbegin IP+0x106 (abort path)
     assert_eq!(
         flow(&[0xc7, 0xf8, 0x00, 0x01, 0, 0], IP),
-        Flow::Jcc(IP + 0x106)
+        Flow::Jcc(IP + 0x106, None)
     );
+}
+
+/// The condition code of every `jcc` form, whatever the prefixes.
+#[test]
+fn jcc_condition_codes() {
+    for cc in 0..16u8 {
+        // 70+cc 10    jcc rel8
+        assert_eq!(
+            flow(&[0x70 + cc, 0x10], IP),
+            Flow::Jcc(IP + 0x12, Some(Cond::new(cc)))
+        );
+        // 0f 80+cc 00 00 00 00    jcc rel32
+        assert_eq!(
+            flow(&[0x0f, 0x80 + cc, 0, 0, 0, 0], IP),
+            Flow::Jcc(IP + 6, Some(Cond::new(cc)))
+        );
+        assert_eq!(Cond::new(cc).code(), cc);
+    }
+    // 75 10    jne rel8
+    assert_eq!(
+        flow(&[0x75, 0x10], IP),
+        Flow::Jcc(IP + 0x12, Some(Cond::NE))
+    );
+    // 3e 0f 85 00 00 00 00    ds jne (notrack-style branch hint)
+    assert_eq!(
+        flow(&[0x3e, 0x0f, 0x85, 0, 0, 0, 0], IP),
+        Flow::Jcc(IP + 7, Some(Cond::NE))
+    );
+    // 2e 74 00    cs je (branch hint "not taken")
+    assert_eq!(
+        flow(&[0x2e, 0x74, 0x00], IP),
+        Flow::Jcc(IP + 3, Some(Cond::E))
+    );
+    // 48 0f 8f 00 00 00 00    rex.w jg
+    assert_eq!(
+        flow(&[0x48, 0x0f, 0x8f, 0, 0, 0, 0], IP),
+        Flow::Jcc(IP + 7, Some(Cond::G))
+    );
+    // Not conditional jumps: jmp, call, setcc/cmovcc (a condition, no jump).
+    assert_eq!(flow(&[0xe9, 0, 0, 0, 0], IP), Flow::Jmp(IP + 5));
+    assert_eq!(flow(&[0x0f, 0x95, 0xc0], IP), Flow::Next); // setne %al
+    assert_eq!(flow(&[0x0f, 0x45, 0xc1], IP), Flow::Next); // cmovne %ecx,%eax
+    assert_eq!(Cond::new(0x15), Cond::NE, "only the low 4 bits count");
+}
+
+/// Whether each condition holds for a given RFLAGS.
+#[test]
+fn conditions_evaluate_on_rflags() {
+    const CF: u64 = 1;
+    const PF: u64 = 1 << 2;
+    const ZF: u64 = 1 << 6;
+    const SF: u64 = 1 << 7;
+    const OF: u64 = 1 << 11;
+    assert!(Cond::E.holds(ZF));
+    assert!(!Cond::NE.holds(ZF));
+    assert!(Cond::NE.holds(0));
+    assert!(Cond::B.holds(CF));
+    assert!(!Cond::AE.holds(CF));
+    assert!(Cond::A.holds(0));
+    assert!(!Cond::A.holds(CF));
+    assert!(!Cond::A.holds(ZF));
+    assert!(Cond::BE.holds(ZF));
+    assert!(Cond::L.holds(SF)); // sf != of
+    assert!(Cond::L.holds(OF));
+    assert!(!Cond::L.holds(SF | OF));
+    assert!(Cond::GE.holds(SF | OF));
+    assert!(Cond::LE.holds(ZF));
+    assert!(Cond::LE.holds(SF));
+    assert!(Cond::G.holds(0));
+    assert!(!Cond::G.holds(SF));
+    assert!(!Cond::G.holds(ZF | SF | OF));
+    assert!(Cond::O.holds(OF) && !Cond::NO.holds(OF));
+    assert!(Cond::S.holds(SF) && !Cond::NS.holds(SF));
+    assert!(Cond::P.holds(PF) && !Cond::NP.holds(PF));
+    // Unrelated flag bits (IF, the reserved bit 1) change nothing.
+    assert!(Cond::NE.holds(0x202) && !Cond::E.holds(0x202));
+    // Each odd code is the negation of the even one below it, for every
+    // combination of the five status flags.
+    for bits in 0..32u64 {
+        let f: u64 = [CF, PF, ZF, SF, OF]
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| bits & (1 << i) != 0)
+            .map(|(_, &flag)| flag)
+            .sum();
+        for cc in (0..16u8).step_by(2) {
+            assert_ne!(Cond::new(cc).holds(f), Cond::new(cc + 1).holds(f));
+        }
+    }
 }
 
 #[test]

@@ -130,7 +130,8 @@ fn every_vmlinux_function_matches_iced() {
                 Flow::Jmp(_) => "jmp",
                 Flow::JmpReg(_) => "jmp *reg",
                 Flow::JmpMem(_) => "jmp *mem",
-                Flow::Jcc(_) => "jcc",
+                Flow::Jcc(_, Some(_)) => "jcc",
+                Flow::Jcc(_, None) => "jrcxz/loop/xbegin",
                 Flow::Ret => "ret",
                 Flow::Int3 => "int3",
                 Flow::Ud => "ud",
@@ -290,7 +291,7 @@ fn kernel_facts(
     for (_, i) in get("x64_sys_call") {
         match i.flow {
             Flow::Call(t) if sys.contains(&t) => calls += 1,
-            Flow::Jmp(t) | Flow::Jcc(t) if sys.contains(&t) => jmps += 1,
+            Flow::Jmp(t) | Flow::Jcc(t, Some(_)) if sys.contains(&t) => jmps += 1,
             _ => {}
         }
     }

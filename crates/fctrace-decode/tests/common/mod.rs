@@ -3,10 +3,10 @@
 //! fixture test and the whole-vmlinux test).
 #![allow(dead_code)]
 
-use fctrace_decode::{decode, DecodeError, Flow, Insn, Mem, Reg, Seg};
+use fctrace_decode::{decode, Cond, DecodeError, Flow, Insn, Mem, Reg, Seg};
 use iced_x86::{
-    Code, Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind,
-    Register,
+    Code, ConditionCode, Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, Mnemonic,
+    OpKind, Register,
 };
 
 /// Number (0..15) of a 64/32/16-bit general purpose register in iced.
@@ -70,7 +70,7 @@ pub fn iced_to_insn(i: &Instruction) -> Insn {
         FlowControl::Call if i.op0_kind() != OpKind::NearBranch64 => Flow::Next,
         FlowControl::Call => Flow::Call(i.near_branch_target()),
         FlowControl::UnconditionalBranch => Flow::Jmp(i.near_branch_target()),
-        FlowControl::ConditionalBranch => Flow::Jcc(i.near_branch_target()),
+        FlowControl::ConditionalBranch => Flow::Jcc(i.near_branch_target(), jcc_cond(i)),
         FlowControl::IndirectCall if op0_reg() => Flow::CallReg(gpr(i.op0_register())),
         FlowControl::IndirectCall => Flow::CallMem(mem(i)),
         FlowControl::IndirectBranch if op0_reg() => Flow::JmpReg(gpr(i.op0_register())),
@@ -86,7 +86,7 @@ pub fn iced_to_insn(i: &Instruction) -> Insn {
         }
         FlowControl::XbeginXabortXend => {
             if i.mnemonic() == Mnemonic::Xbegin {
-                Flow::Jcc(i.near_branch_target())
+                Flow::Jcc(i.near_branch_target(), jcc_cond(i))
             } else {
                 Flow::Next
             }
@@ -98,6 +98,19 @@ pub fn iced_to_insn(i: &Instruction) -> Insn {
         endbr64: i.code() == Code::Endbr64,
         nop: is_nop(i),
     }
+}
+
+/// Our condition code of a conditional branch: iced's `condition_code()` for a
+/// `jcc`; `None` for `jrcxz`, the `loop`s (iced gives `loope`/`loopne` a code,
+/// but they also count rcx down) and `xbegin`.
+fn jcc_cond(i: &Instruction) -> Option<Cond> {
+    let cc = i.condition_code();
+    if !i.is_jcc_short_or_near() {
+        return None;
+    }
+    assert_ne!(cc, ConditionCode::None, "{:?}", i.code());
+    // iced numbers them 1 (o) ..= 16 (g), in encoding order.
+    Some(Cond::new(cc as u8 - 1))
 }
 
 /// Our nop flag: iced's `nop` plus the `0f 1f /1../7` "reserved nops".
