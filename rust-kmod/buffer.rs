@@ -48,16 +48,12 @@ impl Buffer {
     pub(crate) fn write(&self, r: &Record) -> bool {
         let b = r.as_bytes();
         // SAFETY: `rb` is live; `b` is readable for its length; the data is copied.
-        let ok = unsafe { bindings::ring_buffer_write(self.rb, b.len() as _, b.as_ptr() as *mut _) == 0 };
+        let ok = unsafe {
+            bindings::ring_buffer_write(self.rb, b.len() as _, b.as_ptr() as *mut _) == 0
+        };
         // SAFETY: NMI-safe C helper (queues an irq_work when a reader sleeps).
         unsafe { bindings::fctrace_wake_readers() };
         ok
-    }
-
-    /// Whether any CPU has an event.
-    pub(crate) fn is_empty(&self) -> bool {
-        // SAFETY: `rb` is live.
-        unsafe { bindings::ring_buffer_empty(self.rb) }
     }
 
     pub(crate) fn resize(&self, bytes_per_cpu: u64) -> Result {
@@ -104,7 +100,10 @@ impl Buffer {
 
     /// The fullest sub-buffer's [`Buffer::fill_permille`].
     pub(crate) fn max_fill_permille(&self) -> u64 {
-        (0..self.cpus()).map(|c| self.fill_permille(c)).max().unwrap_or(0)
+        (0..self.cpus())
+            .map(|c| self.fill_permille(c))
+            .max()
+            .unwrap_or(0)
     }
 
     pub(crate) fn size_per_cpu(&self) -> u64 {
@@ -132,7 +131,8 @@ impl Buffer {
         for cpu in 0..cpus() {
             let (mut ts, mut lost) = (0u64, 0 as _);
             // SAFETY: `rb` is live; peeking takes the per-CPU reader lock internally.
-            let ev = unsafe { bindings::ring_buffer_peek(self.rb, cpu as c_int, &mut ts, &mut lost) };
+            let ev =
+                unsafe { bindings::ring_buffer_peek(self.rb, cpu as c_int, &mut ts, &mut lost) };
             if !ev.is_null() && best.map_or(true, |(_, b)| ts < b) {
                 best = Some((cpu, ts));
             }
@@ -153,7 +153,8 @@ impl Buffer {
         let (mut ts, mut lost) = (0u64, 0 as _);
         // SAFETY: `rb` is live; consuming takes the per-CPU reader lock, so concurrent
         // readers never get the same event.
-        let ev = unsafe { bindings::ring_buffer_consume(self.rb, cpu as c_int, &mut ts, &mut lost) };
+        let ev =
+            unsafe { bindings::ring_buffer_consume(self.rb, cpu as c_int, &mut ts, &mut lost) };
         Self::event(ev, cpu, lost as u64)
     }
 
@@ -166,13 +167,17 @@ impl Buffer {
     /// Sleeps until new data arrives or a signal; `Err(EINTR)`/`ERESTARTSYS` on signal.
     pub(crate) fn wait(&self) -> Result {
         // SAFETY: `rb` is live; we are a reader in process context.
-        kernel::error::to_result(unsafe { bindings::fctrace_wait_readable() })
+        kernel::error::to_result(unsafe { bindings::fctrace_wait_readable(self.rb) })
     }
 
     /// For `poll()`: registers on the wait queue and says whether data is there.
-    pub(crate) fn poll_wait(&self, file: *mut bindings::file, pt: *mut bindings::poll_table_struct) -> u32 {
-        // SAFETY: `file` and `pt` come from the VFS poll call.
-        unsafe { bindings::fctrace_poll_wait(file, pt) }
+    pub(crate) fn poll_wait(
+        &self,
+        file: *mut bindings::file,
+        pt: *mut bindings::poll_table_struct,
+    ) -> u32 {
+        // SAFETY: `file` and `pt` come from the VFS poll call; `rb` is live.
+        unsafe { bindings::fctrace_poll_wait(file, pt, self.rb) }
     }
 
     /// A non-consuming iterator per CPU, for `trace`: the events written up to now.
@@ -184,7 +189,13 @@ impl Buffer {
         let mut iters = KVec::new();
         for cpu in 0..cpus() {
             // SAFETY: `rb` is live; process context (may sleep).
-            let it = unsafe { bindings::ring_buffer_read_start(self.rb, cpu as c_int, kernel::bindings::GFP_KERNEL) };
+            let it = unsafe {
+                bindings::ring_buffer_read_start(
+                    self.rb,
+                    cpu as c_int,
+                    kernel::bindings::GFP_KERNEL,
+                )
+            };
             if !it.is_null() {
                 if let Err(e) = iters.push((cpu, it), GFP_KERNEL) {
                     // SAFETY: `it` was just started and is not in `iters`.
@@ -193,14 +204,12 @@ impl Buffer {
                 }
             }
         }
-        Ok(Snapshot { _buf: self, iters, limit })
+        Ok(Snapshot {
+            _buf: self,
+            iters,
+            limit,
+        })
     }
-}
-
-/// For the C wait queue: whether a `trace_pipe` reader has something to read.
-#[no_mangle]
-pub(crate) extern "C" fn fctrace_readable() -> bool {
-    crate::engine::state().map_or(true, |st| !st.buf.is_empty())
 }
 
 impl Drop for Buffer {

@@ -32,9 +32,6 @@ mod bindings {
 #[path = "../crates/fctrace-decode/src/decode.rs"]
 mod decode;
 #[allow(dead_code, unreachable_pub)]
-#[path = "../crates/fctrace-core/src/cond.rs"]
-mod cond;
-#[allow(dead_code, unreachable_pub)]
 #[path = "../crates/fctrace-core/src/format.rs"]
 mod format;
 #[allow(dead_code, unreachable_pub)]
@@ -43,14 +40,22 @@ mod parse;
 #[allow(dead_code, unreachable_pub)]
 #[path = "../crates/fctrace-core/src/record.rs"]
 mod record;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-core/src/shadow.rs"]
+mod shadow;
 
+// Dependencies point one way: fs -> {control, reader} -> engine -> {kprobe, buffer, ksym,
+// error_log, text, and the crates above}.
 mod buffer;
 mod control;
 mod engine;
+mod error_log;
 mod fs;
 mod kprobe;
+mod ksym;
 mod late_int3;
 mod reader;
+mod text;
 
 module! {
     type: Fctrace,
@@ -64,16 +69,20 @@ module! {
 // and the late-int3 guard last, once no breakpoint of ours can be left.
 struct Fctrace {
     _fs: fs::Registration,
-    _state: engine::StateHandle,
+    _tracer: engine::TracerHandle,
     _late_int3: late_int3::Guard,
 }
 
 impl kernel::Module for Fctrace {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let late_int3 = late_int3::Guard::new()?;
-        let state = engine::StateHandle::new()?;
+        let tracer = engine::TracerHandle::new()?;
         let fs = fs::Registration::new()?;
         pr_info!("loaded; mount with: mount -t fctrace nodev /sys/kernel/fctrace\n");
-        Ok(Fctrace { _fs: fs, _state: state, _late_int3: late_int3 })
+        Ok(Fctrace {
+            _fs: fs,
+            _tracer: tracer,
+            _late_int3: late_int3,
+        })
     }
 }

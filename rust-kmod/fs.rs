@@ -6,32 +6,496 @@
 //! ```text
 //! mount -t fctrace nodev /sys/kernel/fctrace
 //! ```
+//!
+//! Each kind of file implements [`FileKind`]; [`Ops`] builds its `file_operations` and
+//! owns every `unsafe extern "C"` function, the way `rust/kernel/miscdevice.rs` does.
+//! Per-open data goes through `file->private_data` as a [`ForeignOwnable`].
 
 use crate::bindings;
-use crate::control::{file_by_ino, FileId, Text, FILES};
-use crate::engine::state;
+use crate::control::{self, file_by_ino, FileId, FILES};
+use crate::engine::{tracer, Tracer};
+use crate::reader::{self, TraceReader, READ_CHUNK};
+use crate::text::Text;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, Ordering};
-use crate::reader::{TraceReader, READ_CHUNK};
-use kernel::ffi::{c_char, c_int, c_uint};
+use core::marker::PhantomData;
 use core::pin::Pin;
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::alloc::KVec;
+use kernel::ffi::{c_char, c_int, c_uint, c_void};
 use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::sync::Mutex;
-use kernel::uaccess::UserSlice;
+use kernel::types::ForeignOwnable;
+use kernel::uaccess::{UserSlice, UserSliceWriter};
 
 const FCTRACE_MAGIC: u64 = 0x66637472; // "fctr"
+/// The longest write a file takes (the control files refuse more than 16 KiB).
+const MAX_USER_WRITE: usize = 64 * 1024;
 // Constants whose C definitions are casts, which bindgen does not translate.
 const FMODE_READ: u32 = 1 << 0;
 const EPOLLIN: c_uint = 0x1;
 const EPOLLERR: c_uint = 0x8;
 const EPOLLRDNORM: c_uint = 0x40;
 
+/// What a file operation knows about the open file it acts on.
+pub(crate) struct OpenFile {
+    pub(crate) id: FileId,
+    /// Opened with `O_APPEND`.
+    pub(crate) append: bool,
+    /// Opened with `O_NONBLOCK`.
+    pub(crate) nonblock: bool,
+    /// Opened for reading.
+    pub(crate) readable: bool,
+}
+
+/// One kind of file. Only the operations it implements are in its `file_operations`.
+#[vtable]
+pub(crate) trait FileKind: Sized + 'static {
+    /// Per-open data, kept in `file->private_data`.
+    type Data: ForeignOwnable + Send + Sync;
+
+    /// A stream (no position, `stream_open()`), not a seekable file.
+    const STREAM: bool = false;
+
+    /// Opens the file.
+    fn open(tr: &'static Tracer, file: &OpenFile) -> Result<Self::Data>;
+
+    /// Reads at `*pos` into `out`; returns the bytes read (0 at the end).
+    fn read(
+        _tr: &'static Tracer,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _file: &OpenFile,
+        _out: &mut UserSliceWriter,
+        _pos: &mut i64,
+    ) -> Result<usize> {
+        kernel::build_error!(kernel::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Takes a write of `input`.
+    fn write(
+        _tr: &'static Tracer,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _file: &OpenFile,
+        _input: &[u8],
+    ) -> Result {
+        kernel::build_error!(kernel::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// `poll()`: registers on the wait queue, returns the ready mask.
+    fn poll(
+        _tr: &'static Tracer,
+        _data: <Self::Data as ForeignOwnable>::Borrowed<'_>,
+        _file: *mut bindings::file,
+        _pt: *mut bindings::poll_table_struct,
+    ) -> c_uint {
+        kernel::build_error!(kernel::error::VTABLE_DEFAULT_ERROR)
+    }
+
+    /// The last reference to the open file goes (the data is dropped after this).
+    fn release(_tr: &'static Tracer, _data: &Self::Data) {}
+}
+
+fn errno(e: Error) -> isize {
+    e.to_errno() as isize
+}
+
+/// The `file_operations` of a [`FileKind`], and the C functions in it.
+struct Ops<T>(PhantomData<T>);
+
+const fn zeroed<T>() -> T {
+    // SAFETY: used only for C structures of pointers and integers, for which all-zero is
+    // the C default (NULL, 0).
+    unsafe { core::mem::zeroed() }
+}
+
+impl<T: FileKind> Ops<T> {
+    const FOPS: bindings::file_operations = bindings::file_operations {
+        open: Some(Self::open),
+        read: if T::HAS_READ { Some(Self::read) } else { None },
+        write: if T::HAS_WRITE {
+            Some(Self::write)
+        } else {
+            None
+        },
+        poll: if T::HAS_POLL { Some(Self::poll) } else { None },
+        release: Some(Self::release),
+        llseek: if T::STREAM {
+            None
+        } else {
+            Some(bindings::default_llseek)
+        },
+        ..zeroed()
+    };
+
+    /// What the operations see of `file`.
+    ///
+    /// # Safety
+    ///
+    /// `file` is a live file of this file system.
+    unsafe fn open_file(file: *mut bindings::file) -> Option<OpenFile> {
+        // SAFETY: the caller guarantees `file` is live; its inode is pinned while it is
+        // open.
+        let (ino, flags, mode) = unsafe {
+            (
+                (*(*file).f_inode).i_ino as u64,
+                (*file).f_flags,
+                (*file).f_mode,
+            )
+        };
+        Some(OpenFile {
+            id: file_by_ino(ino)?,
+            append: flags & bindings::O_APPEND != 0,
+            nonblock: flags & bindings::O_NONBLOCK != 0,
+            readable: mode & FMODE_READ != 0,
+        })
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the VFS, with a file of ours being opened.
+    unsafe extern "C" fn open(inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
+        let Some(tr) = tracer() else {
+            return ENODEV.to_errno();
+        };
+        // SAFETY: `file` is being opened, so live.
+        let Some(of) = (unsafe { Self::open_file(file) }) else {
+            return EINVAL.to_errno();
+        };
+        let data = match T::open(tr, &of) {
+            Ok(d) => d,
+            Err(e) => return e.to_errno(),
+        };
+        let ptr = data.into_foreign();
+        // SAFETY: `file` is ours until release, which takes the data back.
+        unsafe { (*file).private_data = ptr as *mut c_void };
+        if T::STREAM {
+            // SAFETY: `inode` and `file` are the ones being opened.
+            let r = unsafe { bindings::stream_open(inode, file) };
+            if r != 0 {
+                // SAFETY: `ptr` came from `into_foreign` above and was not handed out.
+                drop(unsafe { T::Data::from_foreign(ptr) });
+                return r;
+            }
+        }
+        0
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the VFS, with a file of ours and a user buffer of `count` bytes;
+    /// `ppos` is the file position or NULL (a stream).
+    unsafe extern "C" fn read(
+        file: *mut bindings::file,
+        ubuf: *mut c_char,
+        count: usize,
+        ppos: *mut bindings::loff_t,
+    ) -> isize {
+        let Some(tr) = tracer() else {
+            return errno(ENODEV);
+        };
+        // SAFETY: the VFS passes a live file of ours.
+        let Some(of) = (unsafe { Self::open_file(file) }) else {
+            return errno(EINVAL);
+        };
+        // SAFETY: `private_data` was set by `open` and is taken back only at release,
+        // which cannot run during a read.
+        let data = unsafe { T::Data::borrow((*file).private_data) };
+        let mut out = UserSlice::new(ubuf as usize, count).writer();
+        let mut stream_pos = 0i64;
+        // SAFETY: `ppos` is the VFS's position for this read, or NULL for a stream.
+        let pos = unsafe { ppos.as_mut() }.unwrap_or(&mut stream_pos);
+        match T::read(tr, data, &of, &mut out, pos) {
+            Ok(n) => n as isize,
+            Err(e) => errno(e),
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the VFS, with a file of ours and a user buffer of `count` bytes.
+    unsafe extern "C" fn write(
+        file: *mut bindings::file,
+        ubuf: *const c_char,
+        count: usize,
+        _ppos: *mut bindings::loff_t,
+    ) -> isize {
+        let Some(tr) = tracer() else {
+            return errno(ENODEV);
+        };
+        // SAFETY: the VFS passes a live file of ours.
+        let Some(of) = (unsafe { Self::open_file(file) }) else {
+            return errno(EINVAL);
+        };
+        if count > MAX_USER_WRITE {
+            return errno(EINVAL);
+        }
+        let mut input = KVec::new();
+        if let Err(e) = UserSlice::new(ubuf as usize, count).read_all(&mut input, GFP_KERNEL) {
+            return errno(e);
+        }
+        // SAFETY: as in `read`.
+        let data = unsafe { T::Data::borrow((*file).private_data) };
+        match T::write(tr, data, &of, &input) {
+            Ok(()) => count as isize,
+            Err(e) => errno(e),
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the VFS, with a file of ours and its poll table.
+    unsafe extern "C" fn poll(
+        file: *mut bindings::file,
+        pt: *mut bindings::poll_table_struct,
+    ) -> c_uint {
+        let Some(tr) = tracer() else { return EPOLLERR };
+        // SAFETY: as in `read`.
+        let data = unsafe { T::Data::borrow((*file).private_data) };
+        T::poll(tr, data, file, pt)
+    }
+
+    /// # Safety
+    ///
+    /// Called only by the VFS, once, when the last reference to a file of ours goes.
+    unsafe extern "C" fn release(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
+        // SAFETY: `private_data` was set by `open` from `into_foreign` and is taken back
+        // once, here; no other operation runs on a file being released.
+        let data = unsafe { T::Data::from_foreign((*file).private_data) };
+        if let Some(tr) = tracer() {
+            T::release(tr, &data);
+        }
+        0
+    }
+}
+
+/// Copies `text[*pos..]` to `out` as far as it takes; advances `*pos`.
+fn read_text(text: &[u8], out: &mut UserSliceWriter, pos: &mut i64) -> Result<usize> {
+    let start = usize::try_from(*pos).map_err(|_| EINVAL)?;
+    let Some(rest) = text.get(start..) else {
+        return Ok(0);
+    };
+    let n = out.len().min(rest.len());
+    out.write_slice(&rest[..n])?;
+    *pos += n as i64;
+    Ok(n)
+}
+
+/// Every control file: settings, `stats`, `error_log`, `README`.
+struct ControlFile;
+
+#[vtable]
+impl FileKind for ControlFile {
+    type Data = ();
+
+    fn open(_tr: &'static Tracer, _file: &OpenFile) -> Result {
+        Ok(())
+    }
+
+    fn read(
+        tr: &'static Tracer,
+        _data: (),
+        file: &OpenFile,
+        out: &mut UserSliceWriter,
+        pos: &mut i64,
+    ) -> Result<usize> {
+        let mut t = Text::new();
+        control::render(tr, file.id, &mut t).map_err(|_| ENOMEM)?;
+        read_text(&t.0, out, pos)
+    }
+
+    fn write(tr: &'static Tracer, _data: (), file: &OpenFile, input: &[u8]) -> Result {
+        control::write(tr, file.id, input, file.append)
+    }
+}
+
+/// `trace`: a text snapshot of the buffer, made at open and rendered as it is read; a
+/// write clears the buffer.
+struct TraceFile;
+
+/// An open `trace` file's state.
+struct TraceOpen {
+    /// A read is running (`pread()`s of one open file may come at once; the second is
+    /// refused with EBUSY rather than waited for).
+    busy: AtomicBool,
+    /// Only touched by the read that set `busy`. `None` when opened only to write
+    /// (`echo > trace`).
+    reader: UnsafeCell<Option<TraceReader>>,
+}
+
+// SAFETY: `reader` is only used by the one read that holds `busy`.
+unsafe impl Sync for TraceOpen {}
+// SAFETY: the reader's buffer iterators may be finished from any thread.
+unsafe impl Send for TraceOpen {}
+
+#[vtable]
+impl FileKind for TraceFile {
+    type Data = KBox<TraceOpen>;
+
+    fn open(tr: &'static Tracer, file: &OpenFile) -> Result<KBox<TraceOpen>> {
+        let reader = if file.readable {
+            Some(TraceReader::new(tr)?)
+        } else {
+            None
+        };
+        Ok(KBox::new(
+            TraceOpen {
+                busy: AtomicBool::new(false),
+                reader: UnsafeCell::new(reader),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    fn read(
+        tr: &'static Tracer,
+        data: &TraceOpen,
+        _file: &OpenFile,
+        out: &mut UserSliceWriter,
+        pos: &mut i64,
+    ) -> Result<usize> {
+        if data.busy.swap(true, Ordering::Acquire) {
+            return Err(EBUSY);
+        }
+        // SAFETY: `busy` makes this read the only user of the reader until it is cleared.
+        let r = unsafe { &mut *data.reader.get() };
+        let ret = match r {
+            Some(r) => trace_read_at(tr, r, out, pos),
+            None => Err(EBADF),
+        };
+        data.busy.store(false, Ordering::Release);
+        ret
+    }
+
+    fn write(tr: &'static Tracer, _data: &TraceOpen, file: &OpenFile, input: &[u8]) -> Result {
+        control::write(tr, file.id, input, file.append)
+    }
+}
+
+/// The text is made as it is read. A read at another offset than where the last one
+/// ended skips forward (rendering what it skips), or starts over from a new snapshot of
+/// the buffer to go back: `trace` reads like a file, sequential reads cost nothing extra.
+fn trace_read_at(
+    tr: &'static Tracer,
+    r: &mut TraceReader,
+    out: &mut UserSliceWriter,
+    pos: &mut i64,
+) -> Result<usize> {
+    if *pos < 0 {
+        return Err(EINVAL);
+    }
+    if *pos < r.pos {
+        *r = TraceReader::new(tr)?;
+    }
+    while r.pos < *pos {
+        let skip = (*pos - r.pos).min(READ_CHUNK as i64) as usize;
+        match r.next_chunk(tr, skip)? {
+            [] => return Ok(0),
+            c => r.pos += c.len() as i64,
+        }
+    }
+    let chunk = r.next_chunk(tr, out.len().min(READ_CHUNK))?;
+    if chunk.is_empty() {
+        return Ok(0);
+    }
+    let n = chunk.len();
+    out.write_slice(chunk)?;
+    r.pos += n as i64;
+    *pos = r.pos;
+    Ok(n)
+}
+
+/// `trace_pipe`: consuming, blocking reads; each open file keeps the text of events it
+/// consumed but has not handed out yet.
+struct PipeFile;
+
+struct Pending {
+    text: Text,
+    pos: usize,
+}
+
+#[vtable]
+impl FileKind for PipeFile {
+    type Data = Pin<KBox<Mutex<Pending>>>;
+    const STREAM: bool = true;
+
+    fn open(tr: &'static Tracer, _file: &OpenFile) -> Result<Self::Data> {
+        let p = KBox::pin_init(
+            new_mutex!(Pending {
+                text: Text::new(),
+                pos: 0
+            }),
+            GFP_KERNEL,
+        )?;
+        tr.readers.fetch_add(1, Ordering::Relaxed);
+        Ok(p)
+    }
+
+    fn read(
+        tr: &'static Tracer,
+        data: Pin<&Mutex<Pending>>,
+        file: &OpenFile,
+        out: &mut UserSliceWriter,
+        _pos: &mut i64,
+    ) -> Result<usize> {
+        let count = out.len();
+        if count == 0 {
+            return Ok(0);
+        }
+        let mut g = data.lock();
+        loop {
+            if g.pos < g.text.0.len() {
+                let n = count.min(g.text.0.len() - g.pos);
+                out.write_slice(&g.text.0[g.pos..g.pos + n])?;
+                g.pos += n;
+                if g.pos == g.text.0.len() {
+                    g.text = Text::new();
+                    g.pos = 0;
+                }
+                return Ok(n);
+            }
+            reader::drain(tr, &mut g.text, count.min(READ_CHUNK)).map_err(|_| ENOMEM)?;
+            // Room was made: a task waiting for it (lossless) may go on.
+            // SAFETY: a C helper, process context.
+            unsafe { bindings::fctrace_throttle_wake() };
+            if !g.text.0.is_empty() {
+                continue;
+            }
+            if file.nonblock {
+                return Err(EAGAIN);
+            }
+            tr.buf.wait()?;
+        }
+    }
+
+    fn poll(
+        tr: &'static Tracer,
+        data: Pin<&Mutex<Pending>>,
+        file: *mut bindings::file,
+        pt: *mut bindings::poll_table_struct,
+    ) -> c_uint {
+        let pending = {
+            let g = data.lock();
+            g.pos < g.text.0.len()
+        };
+        let mask = tr.buf.poll_wait(file, pt);
+        if pending {
+            mask | EPOLLIN | EPOLLRDNORM
+        } else {
+            mask
+        }
+    }
+
+    fn release(tr: &'static Tracer, _data: &Self::Data) {
+        tr.readers.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: a C helper, process context.
+        unsafe { bindings::fctrace_throttle_wake() };
+    }
+}
+
 /// A C structure the kernel may write to (list heads), in a static.
 struct SyncCell<T>(UnsafeCell<T>);
 
-// SAFETY: the kernel serialises access to these structures (filesystem registration is
+// SAFETY: the kernel serialises access to these structures (file system registration is
 // done once, under its own locks); Rust only writes them before registering.
 unsafe impl<T> Sync for SyncCell<T> {}
 
@@ -44,38 +508,15 @@ impl<T> SyncCell<T> {
     }
 }
 
-const fn zeroed<T>() -> T {
-    // SAFETY: used only for C structures of pointers and integers, for which all-zero is
-    // the C default (NULL, 0).
-    unsafe { core::mem::zeroed() }
-}
-
-static CTL_FOPS: SyncCell<bindings::file_operations> = SyncCell::new(bindings::file_operations {
-    read: Some(ctl_read),
-    write: Some(ctl_write),
-    llseek: Some(bindings::default_llseek),
-    ..zeroed()
-});
-
-static TRACE_FOPS: SyncCell<bindings::file_operations> = SyncCell::new(bindings::file_operations {
-    open: Some(trace_open),
-    read: Some(trace_read),
-    write: Some(trace_write),
-    release: Some(trace_release),
-    llseek: Some(bindings::default_llseek),
-    ..zeroed()
-});
-
-static PIPE_FOPS: SyncCell<bindings::file_operations> = SyncCell::new(bindings::file_operations {
-    open: Some(pipe_open),
-    read: Some(pipe_read),
-    poll: Some(pipe_poll),
-    release: Some(pipe_release),
-    ..zeroed()
-});
+static CONTROL_FOPS: SyncCell<bindings::file_operations> = SyncCell::new(Ops::<ControlFile>::FOPS);
+static TRACE_FOPS: SyncCell<bindings::file_operations> = SyncCell::new(Ops::<TraceFile>::FOPS);
+static PIPE_FOPS: SyncCell<bindings::file_operations> = SyncCell::new(Ops::<PipeFile>::FOPS);
 
 static CTX_OPS: SyncCell<bindings::fs_context_operations> =
-    SyncCell::new(bindings::fs_context_operations { get_tree: Some(get_tree), ..zeroed() });
+    SyncCell::new(bindings::fs_context_operations {
+        get_tree: Some(get_tree),
+        ..zeroed()
+    });
 
 static FS_TYPE: SyncCell<bindings::file_system_type> = SyncCell::new(bindings::file_system_type {
     name: c"fctrace".as_ptr().cast(),
@@ -97,7 +538,7 @@ impl Registration {
         // and this runs once, in module init.
         unsafe {
             let owner = bindings::fctrace_this_module();
-            (*CTL_FOPS.get()).owner = owner;
+            (*CONTROL_FOPS.get()).owner = owner;
             (*TRACE_FOPS.get()).owner = owner;
             (*PIPE_FOPS.get()).owner = owner;
             (*FS_TYPE.get()).owner = owner;
@@ -106,16 +547,21 @@ impl Registration {
                 let ops = match id {
                     FileId::Trace => TRACE_FOPS.get(),
                     FileId::TracePipe => PIPE_FOPS.get(),
-                    _ => CTL_FOPS.get(),
+                    _ => CONTROL_FOPS.get(),
                 };
-                tree[i + 2] = bindings::tree_descr { name: name.as_char_ptr(), ops, mode: *mode as c_int };
+                tree[i + 2] = bindings::tree_descr {
+                    name: name.as_char_ptr(),
+                    ops,
+                    mode: *mode as c_int,
+                };
             }
             tree[FILES.len() + 2].name = c"".as_ptr().cast();
         }
-        // SAFETY: trivial C helper; creates /sys/kernel/fctrace.
+        // SAFETY: a C helper; creates /sys/kernel/fctrace.
         kernel::error::to_result(unsafe { bindings::fctrace_mountpoint_create() })?;
         // SAFETY: `FS_TYPE` is a static, fully initialised above.
-        if let Err(e) = kernel::error::to_result(unsafe { bindings::register_filesystem(FS_TYPE.get()) }) {
+        let r = unsafe { bindings::register_filesystem(FS_TYPE.get()) };
+        if let Err(e) = kernel::error::to_result(r) {
             // SAFETY: created just above.
             unsafe { bindings::fctrace_mountpoint_remove() };
             return Err(e);
@@ -137,15 +583,18 @@ impl Drop for Registration {
 
 /// # Safety
 ///
-/// Called only by the kernel, with pointers that are valid for the duration of the call.
-unsafe extern "C" fn fill_super(sb: *mut bindings::super_block, _fc: *mut bindings::fs_context) -> c_int {
+/// Called only by the VFS, with a new superblock.
+unsafe extern "C" fn fill_super(
+    sb: *mut bindings::super_block,
+    _fc: *mut bindings::fs_context,
+) -> c_int {
     // SAFETY: `sb` is the new superblock; `TREE` was filled at init and lives forever.
     unsafe { bindings::simple_fill_super(sb, FCTRACE_MAGIC as _, TREE.get().cast()) }
 }
 
 /// # Safety
 ///
-/// Called only by the kernel, with pointers that are valid for the duration of the call.
+/// Called only by the VFS, with a mount context of ours.
 unsafe extern "C" fn get_tree(fc: *mut bindings::fs_context) -> c_int {
     // SAFETY: `fc` is the VFS's mount context; one superblock is shared by all mounts.
     unsafe { bindings::get_tree_single(fc, Some(fill_super)) }
@@ -153,318 +602,9 @@ unsafe extern "C" fn get_tree(fc: *mut bindings::fs_context) -> c_int {
 
 /// # Safety
 ///
-/// Called only by the kernel, with pointers that are valid for the duration of the call.
+/// Called only by the VFS, with a new mount context.
 unsafe extern "C" fn init_fs_context(fc: *mut bindings::fs_context) -> c_int {
     // SAFETY: `fc` is the VFS's new mount context; `CTX_OPS` is static.
     unsafe { (*fc).ops = CTX_OPS.get() };
-    0
-}
-
-fn errno(e: Error) -> isize {
-    e.to_errno() as isize
-}
-
-/// The file's id and whether it was opened for appending.
-///
-/// # Safety
-///
-/// `file` must be a live file of this file system.
-unsafe fn file_id(file: *mut bindings::file) -> (Option<FileId>, bool) {
-    // SAFETY: the caller guarantees `file` is live; its inode is pinned while it is open.
-    unsafe {
-        let ino = (*(*file).f_inode).i_ino as u64;
-        (file_by_ino(ino), (*file).f_flags & bindings::O_APPEND != 0)
-    }
-}
-
-/// Copies `data[*ppos..]` to user space, at most `count` bytes.
-fn read_from(data: &[u8], ubuf: *mut c_char, count: usize, ppos: *mut bindings::loff_t) -> isize {
-    // SAFETY: `ppos` is the VFS's position for this read.
-    let pos = unsafe { *ppos };
-    if pos < 0 {
-        return errno(EINVAL);
-    }
-    let pos = pos as usize;
-    if pos >= data.len() {
-        return 0;
-    }
-    let n = count.min(data.len() - pos);
-    let mut w = UserSlice::new(ubuf as usize, n).writer();
-    if let Err(e) = w.write_slice(&data[pos..pos + n]) {
-        return errno(e);
-    }
-    // SAFETY: as above.
-    unsafe { *ppos = (pos + n) as _ };
-    n as isize
-}
-
-/// # Safety
-///
-/// Called only by the kernel, with pointers that are valid for the duration of the call.
-unsafe extern "C" fn ctl_read(file: *mut bindings::file, ubuf: *mut c_char, count: usize, ppos: *mut bindings::loff_t) -> isize {
-    // SAFETY: the VFS passes a live file of ours.
-    let (Some(id), _) = (unsafe { file_id(file) }) else { return errno(EINVAL) };
-    let Some(st) = state() else { return errno(ENODEV) };
-    let mut t = Text::new();
-    if st.render(id, &mut t).is_err() {
-        return errno(ENOMEM);
-    }
-    read_from(&t.0, ubuf, count, ppos)
-}
-
-fn read_user(ubuf: *const c_char, count: usize) -> Result<KVec<u8>> {
-    if count > 64 * 1024 {
-        return Err(EINVAL);
-    }
-    let mut v = KVec::new();
-    UserSlice::new(ubuf as usize, count).read_all(&mut v, GFP_KERNEL)?;
-    Ok(v)
-}
-
-/// # Safety
-///
-/// Called only by the kernel, with pointers that are valid for the duration of the call.
-unsafe extern "C" fn ctl_write(file: *mut bindings::file, ubuf: *const c_char, count: usize, _ppos: *mut bindings::loff_t) -> isize {
-    // SAFETY: the VFS passes a live file of ours.
-    let (Some(id), append) = (unsafe { file_id(file) }) else { return errno(EINVAL) };
-    let Some(st) = state() else { return errno(ENODEV) };
-    let data = match read_user(ubuf, count) {
-        Ok(d) => d,
-        Err(e) => return errno(e),
-    };
-    match st.write_file(id, &data, append) {
-        Ok(()) => count as isize,
-        Err(e) => errno(e),
-    }
-}
-
-// `trace`: a text snapshot made at open.
-
-/// # Safety
-///
-/// Called only by the kernel, with pointers that are valid for the duration of the call.
-unsafe extern "C" fn trace_open(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
-    let Some(st) = state() else { return ENODEV.to_errno() };
-    // SAFETY: `file` is the file being opened.
-    let mode = unsafe { (*file).f_mode };
-    if mode & FMODE_READ == 0 {
-        // Opened only to write (`echo > trace`): nothing to show.
-        return 0;
-    }
-    let reader = match TraceReader::new(st) {
-        Ok(r) => r,
-        Err(e) => return e.to_errno(),
-    };
-    match KBox::new(TraceFile { busy: AtomicBool::new(false), reader: UnsafeCell::new(reader) }, GFP_KERNEL) {
-        // SAFETY: `file` is ours until release, which frees this.
-        Ok(b) => unsafe { (*file).private_data = KBox::into_raw(b).cast() },
-        Err(_) => return ENOMEM.to_errno(),
-    }
-    0
-}
-
-/// An open `trace` file's state.
-struct TraceFile {
-    /// A read is running (`pread()`s of one open file may come at once; the second is
-    /// refused with EBUSY rather than waited for).
-    busy: AtomicBool,
-    /// Only touched by the read that set `busy`.
-    reader: UnsafeCell<TraceReader>,
-}
-
-/// # Safety
-///
-/// Called only by the kernel, with pointers that are valid for the duration of the call.
-unsafe extern "C" fn trace_read(file: *mut bindings::file, ubuf: *mut c_char, count: usize, ppos: *mut bindings::loff_t) -> isize {
-    let Some(st) = state() else { return errno(ENODEV) };
-    // SAFETY: set in `trace_open` to a `KBox<TraceFile>` (freed only at release) or NULL.
-    let Some(tf) = (unsafe { ((*file).private_data as *const TraceFile).as_ref() }) else {
-        return errno(EBADF);
-    };
-    if tf.busy.swap(true, Ordering::Acquire) {
-        return errno(EBUSY);
-    }
-    // SAFETY: `busy` makes this read the only user of the reader until it is cleared.
-    let r = unsafe { &mut *tf.reader.get() };
-    // SAFETY: `ppos` is the VFS's position for this read.
-    let ret = trace_read_at(st, r, ubuf, count, unsafe { &mut *ppos });
-    tf.busy.store(false, Ordering::Release);
-    ret
-}
-
-/// The text is made as it is read. A read at another offset than where the last one
-/// ended skips forward (rendering what it skips), or starts over from a new snapshot of
-/// the buffer to go back: `trace` reads like a file, sequential reads cost nothing extra.
-fn trace_read_at(st: &'static crate::engine::State, r: &mut TraceReader, ubuf: *mut c_char, count: usize, pos: &mut bindings::loff_t) -> isize {
-    if *pos < 0 {
-        return errno(EINVAL);
-    }
-    if *pos < r.pos {
-        match TraceReader::new(st) {
-            Ok(n) => *r = n,
-            Err(e) => return errno(e),
-        }
-    }
-    while r.pos < *pos {
-        let skip = (*pos - r.pos).min(READ_CHUNK as i64) as usize;
-        match r.next_chunk(st, skip) {
-            Ok([]) => return 0,
-            Ok(c) => r.pos += c.len() as i64,
-            Err(e) => return errno(e),
-        }
-    }
-    let count = count.min(READ_CHUNK);
-    let chunk = match r.next_chunk(st, count) {
-        Ok(c) => c,
-        Err(e) => return errno(e),
-    };
-    let n = chunk.len();
-    if n == 0 {
-        return 0;
-    }
-    let mut w = UserSlice::new(ubuf as usize, n).writer();
-    if let Err(e) = w.write_slice(chunk) {
-        return errno(e);
-    }
-    r.pos += n as i64;
-    *pos = r.pos;
-    n as isize
-}
-
-/// # Safety
-///
-/// Called only by the kernel, with pointers that are valid for the duration of the call.
-unsafe extern "C" fn trace_write(file: *mut bindings::file, ubuf: *const c_char, count: usize, ppos: *mut bindings::loff_t) -> isize {
-    // SAFETY: forwarded unchanged.
-    unsafe { ctl_write(file, ubuf, count, ppos) }
-}
-
-/// # Safety
-///
-/// Called only by the kernel, with pointers that are valid for the duration of the call.
-unsafe extern "C" fn trace_release(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
-    // SAFETY: `private_data` is NULL or the `KBox<TraceFile>` from `trace_open`, freed
-    // once here (no read is running: the file is being released).
-    unsafe {
-        let p = (*file).private_data as *mut TraceFile;
-        if !p.is_null() {
-            drop(KBox::from_raw(p));
-        }
-    }
-    0
-}
-
-// `trace_pipe`: consuming reads; each open file keeps the text of events it consumed but
-// has not handed out yet.
-
-struct Pending {
-    text: Text,
-    pos: usize,
-}
-
-type PipeReader = Mutex<Pending>;
-
-/// # Safety
-///
-/// Called only by the kernel, with pointers that are valid for the duration of the call.
-unsafe extern "C" fn pipe_open(inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
-    let r = match KBox::pin_init(new_mutex!(Pending { text: Text::new(), pos: 0 }), GFP_KERNEL) {
-        Ok(r) => r,
-        Err(e) => return e.to_errno(),
-    };
-    // SAFETY: the reader stays pinned: it is only used through this pointer and freed in
-    // `pipe_release`.
-    let raw = KBox::into_raw(unsafe { Pin::into_inner_unchecked(r) });
-    // SAFETY: `file` is being opened by us.
-    let r = unsafe {
-        (*file).private_data = raw.cast();
-        bindings::stream_open(inode, file)
-    };
-    if r != 0 {
-        // SAFETY: `raw` came from `KBox::into_raw` above and was not handed out.
-        unsafe { drop(KBox::from_raw(raw)) };
-        return r;
-    }
-    if let Some(st) = state() {
-        st.readers.fetch_add(1, Ordering::Relaxed);
-    }
-    0
-}
-
-/// # Safety
-///
-/// Called only by the kernel, with pointers that are valid for the duration of the call.
-unsafe extern "C" fn pipe_read(file: *mut bindings::file, ubuf: *mut c_char, count: usize, _ppos: *mut bindings::loff_t) -> isize {
-    let Some(st) = state() else { return errno(ENODEV) };
-    // SAFETY: set in `pipe_open`, valid until `pipe_release`.
-    let r = unsafe { &*((*file).private_data as *const PipeReader) };
-    // SAFETY: `file` is live.
-    let nonblock = unsafe { (*file).f_flags } & bindings::O_NONBLOCK != 0;
-    if count == 0 {
-        return 0;
-    }
-    let mut g = r.lock();
-    loop {
-        if g.pos < g.text.0.len() {
-            let n = count.min(g.text.0.len() - g.pos);
-            let mut w = UserSlice::new(ubuf as usize, n).writer();
-            if let Err(e) = w.write_slice(&g.text.0[g.pos..g.pos + n]) {
-                return errno(e);
-            }
-            g.pos += n;
-            if g.pos == g.text.0.len() {
-                g.text = Text::new();
-                g.pos = 0;
-            }
-            return n as isize;
-        }
-        if crate::reader::drain(st, &st.buf, &mut g.text, count.min(READ_CHUNK)).is_err() {
-            return errno(ENOMEM);
-        }
-        // Room was made: a task waiting for it (lossless) may go on.
-        // SAFETY: trivial C helper, process context.
-        unsafe { bindings::fctrace_throttle_wake() };
-        if !g.text.0.is_empty() {
-            continue;
-        }
-        if nonblock {
-            return errno(EAGAIN);
-        }
-        if let Err(e) = st.buf.wait() {
-            return errno(e);
-        }
-    }
-}
-
-/// # Safety
-///
-/// Called only by the kernel, with pointers that are valid for the duration of the call.
-unsafe extern "C" fn pipe_poll(file: *mut bindings::file, pt: *mut bindings::poll_table_struct) -> c_uint {
-    let Some(st) = state() else { return EPOLLERR };
-    // SAFETY: set in `pipe_open`, valid until `pipe_release`.
-    let r = unsafe { &*((*file).private_data as *const PipeReader) };
-    let pending = {
-        let g = r.lock();
-        g.pos < g.text.0.len()
-    };
-    let mask = st.buf.poll_wait(file, pt);
-    if pending {
-        mask | EPOLLIN | EPOLLRDNORM
-    } else {
-        mask
-    }
-}
-
-/// # Safety
-///
-/// Called only by the kernel, with pointers that are valid for the duration of the call.
-unsafe extern "C" fn pipe_release(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
-    // SAFETY: `private_data` is the reader from `pipe_open`, freed once here.
-    unsafe { drop(KBox::from_raw((*file).private_data as *mut PipeReader)) };
-    if let Some(st) = state() {
-        st.readers.fetch_sub(1, Ordering::Relaxed);
-        // SAFETY: trivial C helper, process context.
-        unsafe { bindings::fctrace_throttle_wake() };
-    }
     0
 }

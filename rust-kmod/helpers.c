@@ -26,7 +26,7 @@
 #include <linux/workqueue.h>
 #include "helpers.h"
 
-/* control.rs sizes its symbol buffers with this. */
+/* ksym.rs sizes its symbol buffers with this. */
 static_assert(KSYM_SYMBOL_LEN <= 1024);
 
 struct trace_buffer *fctrace_rb_alloc(unsigned long size)
@@ -64,7 +64,7 @@ int fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool irqs,
 		return irqs ? FCTRACE_CTX_SOFTIRQ : FCTRACE_CTX_NONE;
 	/*
 	 * The task does not arm itself: it waits, with a timeout, for the work item
-	 * that arms (engine.rs, arm_pending). So the sleeping locks it may hold
+	 * that arms (engine/wait.rs, arm_pending). So the sleeping locks it may hold
 	 * (mmap_lock, pcpu_alloc_mutex, ...) cannot close a cycle with the locks arming
 	 * takes (kprobe_mutex, cpu_hotplug_lock, text_mutex): at worst the wait times out.
 	 *
@@ -116,18 +116,6 @@ int fctrace_pid_to_tgid(int nr)
 		tgid = -EPERM;
 	rcu_read_unlock();
 	return tgid;
-}
-
-int fctrace_pid_alive(int tgid)
-{
-	struct task_struct *t;
-	int alive;
-
-	rcu_read_lock();
-	t = pid_task(find_vpid(tgid), PIDTYPE_TGID);
-	alive = t && !(t->flags & PF_EXITING);
-	rcu_read_unlock();
-	return alive;
 }
 
 int fctrace_task_tgid(const void *task)
@@ -251,15 +239,16 @@ void fctrace_wake_readers(void)
 		irq_work_queue(&fctrace_wake_work);
 }
 
-int fctrace_wait_readable(void)
+int fctrace_wait_readable(struct trace_buffer *rb)
 {
-	return wait_event_interruptible(fctrace_waitq, fctrace_readable());
+	return wait_event_interruptible(fctrace_waitq, !ring_buffer_empty(rb));
 }
 
-unsigned int fctrace_poll_wait(struct file *file, struct poll_table_struct *pt)
+unsigned int fctrace_poll_wait(struct file *file, struct poll_table_struct *pt,
+			       struct trace_buffer *rb)
 {
 	poll_wait(file, &fctrace_waitq, pt);
-	return fctrace_readable() ? (EPOLLIN | EPOLLRDNORM) : 0;
+	return ring_buffer_empty(rb) ? 0 : (EPOLLIN | EPOLLRDNORM);
 }
 
 void fctrace_wake_sync(void)

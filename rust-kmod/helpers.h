@@ -33,7 +33,6 @@ void fctrace_current_comm(u8 *comm16);
 u64 fctrace_clock(void);
 u32 fctrace_cpu(void);
 int fctrace_pid_to_tgid(int pid);
-int fctrace_pid_alive(int tgid);
 int fctrace_task_tgid(const void *task);
 bool fctrace_current_last_thread(void);
 unsigned int fctrace_nofs_save(void);
@@ -54,8 +53,10 @@ unsigned long fctrace_kprobe_flag_ftrace(void);
 struct file;
 struct poll_table_struct;
 void fctrace_wake_readers(void);
-int fctrace_wait_readable(void);
-unsigned int fctrace_poll_wait(struct file *file, struct poll_table_struct *pt);
+/* A trace_pipe reader waits until rb has an event (or a signal comes). */
+int fctrace_wait_readable(struct trace_buffer *rb);
+unsigned int fctrace_poll_wait(struct file *file, struct poll_table_struct *pt,
+			       struct trace_buffer *rb);
 void fctrace_wake_sync(void);
 /*
  * lossless option: a traced task waits in the trampoline until the reader has consumed
@@ -75,7 +76,6 @@ int fctrace_arm_sleep(u32 seq, unsigned int ms);
 void fctrace_arm_wake(void);
 
 /* Implemented in Rust. */
-bool fctrace_readable(void);
 void fctrace_sync_work(void);
 void fctrace_reap_work(void);
 void fctrace_arm_pending(void);

@@ -1,31 +1,54 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! A small safe wrapper over `struct kprobe`, in the style of `rust/kernel/miscdevice.rs`:
-//! a [`Probe`] carries Rust data beside its kprobe, is registered explicitly, and is
-//! unregistered when dropped (or, many at once, by [`unregister_all`]).
+//! A typed wrapper over `struct kprobe`, in the style of `rust/kernel/miscdevice.rs`.
+//!
+//! A [`Probe<D>`] carries data of type `D` beside its kprobe; `D` implements [`Handler`],
+//! and the one `extern "C"` pre-handler, generic over `D`, checks that the kprobe it is
+//! called with belongs to a `Probe<D>` before it hands it to `D::pre`. Probes are
+//! registered explicitly and unregistered when dropped, or many at once by a [`Batch`].
+//! Callers need no `unsafe`.
 
 use crate::bindings;
-use kernel::ffi::c_int;
+use core::any::TypeId;
+use core::pin::Pin;
+use kernel::alloc::{KVVec, KVec};
 use kernel::error::{to_result, Result};
-use kernel::alloc::KVVec;
+use kernel::ffi::c_int;
 use kernel::prelude::*;
 use kernel::types::Opaque;
-use core::pin::Pin;
 
-/// The C signature of a kprobe pre-handler.
-pub(crate) type PreHandler =
-    unsafe extern "C" fn(p: *mut bindings::kprobe, regs: *mut bindings::pt_regs) -> c_int;
+/// What runs when a probe of this data type is hit.
+pub(crate) trait Handler: Sized + 'static {
+    /// Runs before the probed instruction, in the context that hit it (an int3 trap, or
+    /// the ftrace trampoline for a probe on an ftrace site), with interrupts off. Returns
+    /// non-zero when it changed `regs.ip` (kprobes then resumes there).
+    fn pre(probe: &Probe<Self>, regs: &mut bindings::pt_regs) -> c_int;
+}
+
+/// Probes registered only to check an address or find a symbol do nothing.
+impl Handler for () {
+    fn pre(_: &Probe<()>, _: &mut bindings::pt_regs) -> c_int {
+        0
+    }
+}
+
+/// The part of a [`Probe`] whose layout does not depend on `D`.
+#[repr(C)]
+struct Header {
+    kp: Opaque<bindings::kprobe>,
+    /// `TypeId::of::<D>()`: what the pre-handler checks before it casts.
+    ty: TypeId,
+}
 
 /// A kprobe with data of type `D` stored beside it.
 ///
 /// # Invariants
 ///
-/// While `registered` is true the kernel holds a pointer to `kp`; registration takes a
-/// pinned probe, so a registered probe is never moved (probes live pinned on the stack,
-/// in a pinned box, or in a vector that is never grown once any of them is registered).
+/// While `registered` is true the kernel holds a pointer to `hdr.kp`; registration takes
+/// a pinned probe, so a registered probe is never moved. `hdr.ty` is `TypeId::of::<D>()`.
 #[repr(C)]
 pub(crate) struct Probe<D> {
-    kp: Opaque<bindings::kprobe>,
+    hdr: Header,
     registered: bool,
     /// What the handler needs to know about this probe.
     pub(crate) data: D,
@@ -34,23 +57,41 @@ pub(crate) struct Probe<D> {
 // SAFETY: a probe is plain data plus a kprobe whose kernel-side links are only touched by
 // kprobes under its own locks; owning it from another thread is fine.
 unsafe impl<D: Send> Send for Probe<D> {}
+// SAFETY: `&Probe` gives access to `data` (shared) and to reads of the kprobe's address
+// and flags, which the kernel writes only during registration (`&mut`).
+unsafe impl<D: Sync> Sync for Probe<D> {}
 
-/// A pre-handler that does nothing, for probes registered only to check an address.
+/// The pre-handler of every `Probe<D>`.
+///
 /// # Safety
 ///
-/// Called only by the kernel, with pointers that are valid for the duration of the call.
-pub(crate) unsafe extern "C" fn no_handler(
-    _p: *mut bindings::kprobe,
-    _regs: *mut bindings::pt_regs,
+/// Called only by kprobes, with a kprobe registered by [`Probe::register`] (so live) and
+/// the probed context's registers.
+unsafe extern "C" fn pre_handler<D: Handler>(
+    p: *mut bindings::kprobe,
+    regs: *mut bindings::pt_regs,
 ) -> c_int {
-    0
+    // SAFETY: `Probe` and `Header` are `repr(C)` with the kprobe first (and `Opaque<T>`
+    // has the layout of `T`), so `p` points to the header of a live `Probe<_>`.
+    let hdr = unsafe { &*p.cast::<Header>() };
+    if hdr.ty != TypeId::of::<D>() {
+        return 0;
+    }
+    // SAFETY: the header says the probe is a `Probe<D>` (type invariant); it is live
+    // while registered, which it is while its handler runs.
+    let probe = unsafe { &*p.cast::<Probe<D>>() };
+    // SAFETY: kprobes passes the probed context's registers, ours to read and change for
+    // the duration of the call.
+    let regs = unsafe { &mut *regs };
+    D::pre(probe, regs)
 }
 
 /// A post-handler that does nothing. Its presence keeps kprobes from optimizing the probe
 /// into a jump, which would not let our pre-handler change `regs->ip`.
+///
 /// # Safety
 ///
-/// Called only by the kernel, with pointers that are valid for the duration of the call.
+/// Called only by kprobes.
 unsafe extern "C" fn noop_post(
     _p: *mut bindings::kprobe,
     _regs: *mut bindings::pt_regs,
@@ -58,50 +99,63 @@ unsafe extern "C" fn noop_post(
 ) {
 }
 
-impl<D> Probe<D> {
+impl<D: Handler> Probe<D> {
+    fn new(kp: bindings::kprobe, data: D) -> Self {
+        let kp = bindings::kprobe {
+            pre_handler: Some(pre_handler::<D>),
+            post_handler: Some(noop_post),
+            ..kp
+        };
+        Probe {
+            hdr: Header {
+                kp: Opaque::new(kp),
+                ty: TypeId::of::<D>(),
+            },
+            registered: false,
+            data,
+        }
+    }
+
     /// A probe at `addr` (not registered yet).
-    pub(crate) fn at(addr: u64, pre: PreHandler, data: D) -> Self {
-        let kp = bindings::kprobe {
-            addr: addr as *mut _,
-            pre_handler: Some(pre),
-            post_handler: Some(noop_post),
-            ..Default::default()
-        };
-        Probe { kp: Opaque::new(kp), registered: false, data }
+    pub(crate) fn at(addr: u64, data: D) -> Self {
+        Self::new(
+            bindings::kprobe {
+                addr: addr as *mut _,
+                ..Default::default()
+            },
+            data,
+        )
     }
 
-    /// A probe on the entry of the function named by `symbol` (a NUL-terminated name).
-    pub(crate) fn on_symbol(symbol: &'static CStr, pre: PreHandler, data: D) -> Self {
-        Self::on_symbol_raw(symbol, pre, data)
-    }
-
-    /// A probe on the entry of the function named by `symbol`, which the caller keeps
-    /// alive: the probe only looks at the name while registering, and this constructor is
-    /// for probes dropped before `symbol` is (see `control::resolve`).
-    pub(crate) fn on_symbol_raw(symbol: &CStr, pre: PreHandler, data: D) -> Self {
-        let kp = bindings::kprobe {
-            symbol_name: symbol.as_char_ptr(),
-            pre_handler: Some(pre),
-            post_handler: Some(noop_post),
-            ..Default::default()
-        };
-        Probe { kp: Opaque::new(kp), registered: false, data }
+    /// A probe on the entry of the function named `symbol`. The name is only read while
+    /// registering: a probe made from a shorter-lived name (a lookup, see
+    /// `ksym::resolve`) is dropped before the name is.
+    pub(crate) fn on_symbol(symbol: &CStr, data: D) -> Self {
+        Self::new(
+            bindings::kprobe {
+                symbol_name: symbol.as_char_ptr(),
+                ..Default::default()
+            },
+            data,
+        )
     }
 
     /// Registers the probe. May sleep. Pinned: the kernel keeps its address.
     pub(crate) fn register(self: Pin<&mut Self>) -> Result {
-        // SAFETY: we do not move out of `self`; only fields are written.
+        // SAFETY: we do not move out of `self`; only `registered` is written.
         let this = unsafe { self.get_unchecked_mut() };
         if this.registered {
             return Ok(());
         }
         // SAFETY: `kp` is a valid, initialised kprobe, pinned, so it stays at this address
         // until it is unregistered by a `Batch` or by `drop`, both of which run in place.
-        to_result(unsafe { bindings::register_kprobe(this.kp.get()) })?;
+        to_result(unsafe { bindings::register_kprobe(this.hdr.kp.get()) })?;
         this.registered = true;
         Ok(())
     }
+}
 
+impl<D> Probe<D> {
     /// Whether the kernel has this probe.
     pub(crate) fn is_registered(&self) -> bool {
         self.registered
@@ -112,38 +166,26 @@ impl<D> Probe<D> {
     pub(crate) fn addr(&self) -> u64 {
         // SAFETY: reading a field of our own kprobe; the kernel writes `addr` only inside
         // `register_kprobe()`, which runs with `&mut self`.
-        unsafe { (*self.kp.get()).addr as u64 }
+        unsafe { (*self.hdr.kp.get()).addr as u64 }
     }
 
     /// Whether the kernel placed this probe through ftrace rather than int3.
-    pub(crate) fn is_ftrace_based(p: *const bindings::kprobe) -> bool {
-        // SAFETY: the caller passes the kprobe its handler was called with, which is live.
-        let flags = unsafe { (*p).flags };
-        // SAFETY: a trivial C accessor for a constant.
+    pub(crate) fn is_ftrace_based(&self) -> bool {
+        // SAFETY: as in `addr`: `flags` changes only under kprobes' registration paths.
+        let flags = unsafe { (*self.hdr.kp.get()).flags };
+        // SAFETY: a C accessor of a constant.
         u64::from(flags) & unsafe { bindings::fctrace_kprobe_flag_ftrace() } as u64 != 0
     }
 
-    /// The probe that owns the kprobe a handler was called with.
-    ///
-    /// # Safety
-    ///
-    /// `p` must be the `kp` of a live `Probe<D>` (true for the handlers of this module,
-    /// which are installed only on such probes).
-    pub(crate) unsafe fn from_raw<'a>(p: *mut bindings::kprobe) -> &'a Probe<D> {
-        // SAFETY: `Probe` is `repr(C)` with `kp` first, and `Opaque<T>` has the layout of
-        // `T`, so the kprobe pointer is the probe's pointer; the caller guarantees it is live.
-        unsafe { &*p.cast::<Probe<D>>() }
-    }
-
     fn raw(&self) -> *mut bindings::kprobe {
-        self.kp.get()
+        self.hdr.kp.get()
     }
 }
 
 impl<D> Drop for Probe<D> {
     fn drop(&mut self) {
         if self.registered {
-            let mut one = [self.kp.get()];
+            let mut one = [self.raw()];
             // SAFETY: the probe is registered (invariant), so unregistering it is valid.
             unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
             self.registered = false;
@@ -151,25 +193,81 @@ impl<D> Drop for Probe<D> {
     }
 }
 
+/// Probes in one allocation that is never grown, so they are registered in place.
+///
+/// # Invariants
+///
+/// The vector is not grown, shrunk or reallocated after [`ProbeSet::new`]; its elements
+/// are dropped in place with it. So each element is pinned.
+pub(crate) struct ProbeSet<D>(KVec<Probe<D>>);
+
+impl<D: Handler> ProbeSet<D> {
+    /// Takes ownership of `probes` (none registered yet).
+    pub(crate) fn new(probes: KVec<Probe<D>>) -> Self {
+        ProbeSet(probes)
+    }
+
+    /// Registers every probe, in order. After each, `go_on(data, registered)` says
+    /// whether to go on; when it says no, this returns `false`, leaving the rest
+    /// unregistered.
+    pub(crate) fn register_all(&mut self, mut go_on: impl FnMut(&D, bool) -> bool) -> bool {
+        for p in self.0.iter_mut() {
+            // SAFETY: the elements never move (type invariant).
+            let mut p = unsafe { Pin::new_unchecked(p) };
+            let ok = p.as_mut().register().is_ok();
+            if !go_on(&p.data, ok) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+impl<D> ProbeSet<D> {
+    pub(crate) fn iter(&self) -> core::slice::Iter<'_, Probe<D>> {
+        self.0.iter()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// How many of the probes are registered.
+    pub(crate) fn registered(&self) -> usize {
+        self.0.iter().filter(|p| p.is_registered()).count()
+    }
+}
+
 /// Probes being unregistered together: one `unregister_kprobes()` call, and so one RCU
 /// grace period, for all of them, when the batch is dropped. After that no handler of
 /// theirs runs any more.
-pub(crate) struct Batch(KVVec<*mut bindings::kprobe>);
+///
+/// # Invariants
+///
+/// Every pointer is a kprobe that was registered when added, listed once, and whose
+/// probe's `registered` flag was cleared then; the probes outlive the batch.
+pub(crate) struct Batch<'a> {
+    list: KVVec<*mut bindings::kprobe>,
+    _probes: core::marker::PhantomData<&'a mut ()>,
+}
 
-impl Batch {
+impl<'a> Batch<'a> {
     /// An empty batch.
     pub(crate) fn new() -> Self {
-        Batch(KVVec::new())
+        Batch {
+            list: KVVec::new(),
+            _probes: core::marker::PhantomData,
+        }
     }
 
     /// Adds `p` (if registered). From here on the batch owns the unregistration.
-    pub(crate) fn add<D>(&mut self, p: Pin<&mut Probe<D>>) {
+    pub(crate) fn add<D>(&mut self, p: Pin<&'a mut Probe<D>>) {
         // SAFETY: only the `registered` flag is written; the probe is not moved.
         let p = unsafe { p.get_unchecked_mut() };
         if !p.registered {
             return;
         }
-        if self.0.push(p.raw(), GFP_KERNEL).is_err() {
+        if self.list.push(p.raw(), GFP_KERNEL).is_err() {
             // Out of memory for the list: unregister this one on its own.
             let mut one = [p.raw()];
             // SAFETY: `p` is registered (checked above).
@@ -177,17 +275,24 @@ impl Batch {
         }
         p.registered = false;
     }
+
+    /// Adds every registered probe of `set`.
+    pub(crate) fn add_set<D>(&mut self, set: &'a mut ProbeSet<D>) {
+        for p in set.0.iter_mut() {
+            // SAFETY: the elements of a `ProbeSet` never move (its invariant).
+            self.add(unsafe { Pin::new_unchecked(p) });
+        }
+    }
 }
 
-impl Drop for Batch {
+impl Drop for Batch<'_> {
     fn drop(&mut self) {
-        if self.0.is_empty() {
+        if self.list.is_empty() {
             return;
         }
-        // SAFETY: every pointer was a registered kprobe of ours when added, each listed
-        // once, and none was unregistered since (its `registered` flag was cleared when it
-        // was added here, so nothing else unregisters it). The probes outlive the batch:
-        // callers drop the batch before the probes.
-        unsafe { bindings::unregister_kprobes(self.0.as_mut_ptr(), self.0.len() as c_int) };
+        // SAFETY: by the type invariant, each pointer is a registered kprobe of ours,
+        // listed once, that nothing else unregisters, and still alive (the batch borrows
+        // the probes).
+        unsafe { bindings::unregister_kprobes(self.list.as_mut_ptr(), self.list.len() as c_int) };
     }
 }

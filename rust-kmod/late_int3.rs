@@ -67,7 +67,9 @@ fn recover(regs: &mut bindings::pt_regs) -> bool {
     let addr = (regs.ip as u64).wrapping_sub(1);
     let mut byte = 0u8;
     // SAFETY: `copy_from_kernel_nofault` never faults; the destination is a local byte.
-    let r = unsafe { bindings::copy_from_kernel_nofault((&mut byte as *mut u8).cast(), addr as *const c_void, 1) };
+    let r = unsafe {
+        bindings::copy_from_kernel_nofault((&mut byte as *mut u8).cast(), addr as *const c_void, 1)
+    };
     if r != 0 || byte == INT3 {
         return false;
     }
@@ -79,7 +81,11 @@ fn recover(regs: &mut bindings::pt_regs) -> bool {
 /// # Safety
 ///
 /// Called only by the kernel's die notifier chain, with `data` a `struct die_args`.
-unsafe extern "C" fn die_handler(_nb: *mut bindings::notifier_block, val: c_ulong, data: *mut c_void) -> c_int {
+unsafe extern "C" fn die_handler(
+    _nb: *mut bindings::notifier_block,
+    val: c_ulong,
+    data: *mut c_void,
+) -> c_int {
     if val != bindings::die_val_DIE_INT3 as c_ulong || data.is_null() {
         return NOTIFY_DONE;
     }

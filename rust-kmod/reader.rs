@@ -4,47 +4,60 @@
 //! (a snapshot, rendered as it is read).
 
 use crate::buffer::{Buffer, Event, Snapshot};
-use crate::control::{symbol_name, Text, KSYM_SYMBOL_LEN};
-use crate::engine::State;
+use crate::engine::Tracer;
 use crate::format::{self, Options};
+use crate::ksym::SymBuf;
+use crate::parse::OptionName;
 use crate::record::Kind;
-use core::sync::atomic::Ordering;
+use crate::text::Text;
 use kernel::prelude::*;
 
 /// The most text one `read()` of `trace` or `trace_pipe` makes (and keeps), whatever
 /// the count asked for.
 pub(crate) const READ_CHUNK: usize = 64 << 10;
 
-fn options(st: &State) -> Options {
+fn options(tr: &Tracer) -> Options {
     Options {
-        retval: st.opt_retval.load(Ordering::Relaxed),
-        duration: st.opt_duration.load(Ordering::Relaxed),
+        retval: tr.settings.option(OptionName::Retval),
+        duration: tr.settings.option(OptionName::Duration),
     }
 }
 
 /// Appends the line(s) for `ev`; `ret` is the matching return, already taken.
-fn render(t: &mut Text, ev: &Event, ret: Option<&Event>, opts: Options, sym: &mut [u8; KSYM_SYMBOL_LEN]) -> core::fmt::Result {
+fn render(
+    t: &mut Text,
+    ev: &Event,
+    ret: Option<&Event>,
+    opts: Options,
+    sym: &mut SymBuf,
+) -> core::fmt::Result {
     if ev.lost != 0 {
         format::write_lost(t, ev.cpu, ev.lost)?;
     }
-    let name = symbol_name(ev.rec.func, sym);
+    let name = sym.name(ev.rec.func);
     format::write_record(t, &ev.rec, name, ret.map(|r| &r.rec), opts)
 }
 
 /// Consumes events from `buf` into `t` until `t` holds at least `want` bytes or the
 /// buffer is empty. A call whose return is already there is shown as one leaf line.
-pub(crate) fn drain(st: &State, buf: &Buffer, t: &mut Text, want: usize) -> core::fmt::Result {
-    let opts = options(st);
-    let mut sym = KBox::new([0u8; KSYM_SYMBOL_LEN], GFP_KERNEL).map_err(|_| core::fmt::Error)?;
+pub(crate) fn drain(tr: &Tracer, t: &mut Text, want: usize) -> core::fmt::Result {
+    let opts = options(tr);
+    let buf: &Buffer = &tr.buf;
+    let mut sym = SymBuf::new().map_err(|_| core::fmt::Error)?;
     while t.0.len() < want {
-        let Some(ev) = buf.consume_oldest() else { break };
+        let Some(ev) = buf.consume_oldest() else {
+            break;
+        };
         let mut ret = None;
         let mut other = None;
         if ev.rec.kind == Kind::Call as u8 {
             if let Some((cpu, _)) = buf.peek_oldest() {
                 // Peek at the next event; take it only if it closes this call. Another
                 // reader may take it first: then whatever we got is shown on its own.
-                if buf.peek(cpu).is_some_and(|next| format::is_matching_return(&ev.rec, &next.rec)) {
+                if buf
+                    .peek(cpu)
+                    .is_some_and(|next| format::is_matching_return(&ev.rec, &next.rec))
+                {
                     match buf.consume(cpu) {
                         Some(n) if format::is_matching_return(&ev.rec, &n.rec) => ret = Some(n),
                         n => other = n,
@@ -69,11 +82,11 @@ pub(crate) struct TraceReader {
     off: usize,
     /// The file position where the last read ended.
     pub(crate) pos: i64,
-    sym: KBox<[u8; KSYM_SYMBOL_LEN]>,
+    sym: SymBuf,
 }
 
 impl TraceReader {
-    pub(crate) fn new(st: &'static State) -> Result<Self> {
+    pub(crate) fn new(st: &'static Tracer) -> Result<Self> {
         let mut t = Text::new();
         t.0.extend_from_slice(format::HEADER.as_bytes(), GFP_KERNEL)?;
         // Events overwritten before this snapshot: the trace below starts after them.
@@ -88,13 +101,13 @@ impl TraceReader {
             text: t,
             off: 0,
             pos: 0,
-            sym: KBox::new([0u8; KSYM_SYMBOL_LEN], GFP_KERNEL)?,
+            sym: SymBuf::new()?,
         })
     }
 
     /// The next at most `count` bytes of text (empty at the end), rendering events as
     /// needed. A call whose return follows it is shown as one leaf line.
-    pub(crate) fn next_chunk(&mut self, st: &State, count: usize) -> Result<&[u8]> {
+    pub(crate) fn next_chunk(&mut self, st: &Tracer, count: usize) -> Result<&[u8]> {
         if self.off > 0 {
             // Drop what was handed out: the text never holds much more than one read.
             let len = self.text.0.len();

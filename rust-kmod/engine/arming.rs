@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Arming a function: decoding its live code, classifying its call, jump and return
+//! sites, and registering a probe on each. Runs in the work item (or a control-file
+//! write), with the tracer's mutex held; never in a probe handler.
+
+use super::policy::{is_denied, is_instrumentation};
+use super::table::{EntryId, FuncState};
+use super::{read_kernel, timed, Tracer, TracerInner};
+use crate::decode::{self, Flow};
+use crate::kprobe::{Batch, Probe, ProbeSet};
+use crate::ksym::SymBuf;
+use crate::parse::{self, FilterVerdict};
+use crate::record::Reason;
+use core::sync::atomic::Ordering;
+use kernel::alloc::{KVVec, KVec};
+use kernel::prelude::*;
+
+/// The largest function fctrace decodes.
+const MAX_FUNC_SIZE: u64 = 256 * 1024;
+
+/// How the traced task reaches the callee of a call site.
+#[derive(Clone, Copy)]
+pub(crate) enum Target {
+    /// `call rel32` (or `jmp rel32`): a fixed address.
+    Direct(u64),
+    /// Through a register (`call *%r11`, or a retpoline thunk `call __x86_indirect_thunk_r11`).
+    Reg(u8),
+    /// Through memory (`call *0x10(%rax)`).
+    Mem(decode::Mem),
+}
+
+/// What a probed instruction is.
+#[derive(Clone, Copy)]
+pub(crate) enum SiteKind {
+    /// A call.
+    Call(Target),
+    /// A jump out of the function: a tail call.
+    Tail(Target),
+    /// A conditional jump out of the function: a tail call when condition `cc` holds (to a
+    /// retpoline thunk, `jne __x86_indirect_thunk_r11`, it is an indirect one).
+    TailIf(Target, decode::Cond),
+    /// A return (`ret`, or `jmp __x86_return_thunk`).
+    Ret,
+}
+
+impl SiteKind {
+    /// The callee of a direct call or tail call.
+    pub(crate) fn direct_callee(self) -> Option<u64> {
+        match self {
+            SiteKind::Call(Target::Direct(c))
+            | SiteKind::Tail(Target::Direct(c))
+            | SiteKind::TailIf(Target::Direct(c), _) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// What the handler of a call-site probe knows.
+pub(crate) struct SiteData {
+    /// The function the site is in, and its end.
+    pub(crate) func: u64,
+    pub(crate) func_end: u64,
+    /// The instruction's address and length.
+    pub(crate) addr: u64,
+    pub(crate) len: u8,
+    pub(crate) kind: SiteKind,
+}
+
+/// An armed function: its probes.
+pub(crate) struct Func {
+    pub(crate) sites: ProbeSet<SiteData>,
+    /// Its entry in the function table.
+    pub(crate) entry: EntryId,
+    /// Never disarmed lazily: the start function and interrupt entry functions, whose
+    /// entry hooks open trees.
+    pub(crate) pinned: bool,
+}
+
+impl Tracer {
+    /// Arms `target`, or records why it is not followed. Returns its new state.
+    pub(crate) fn arm(&self, inner: &mut TracerInner, target: u64) -> FuncState {
+        self.arm_as(inner, target, false)
+    }
+
+    /// Arms `target`; a `root` (the start function, an interrupt entry) is armed whatever
+    /// the filter says, and pinned.
+    pub(crate) fn arm_as(&self, inner: &mut TracerInner, target: u64, root: bool) -> FuncState {
+        let state = match self.try_arm(inner, target, root) {
+            Ok(s) => s,
+            Err(r) => {
+                self.stats.funcs_refused.fetch_add(1, Ordering::Relaxed);
+                FuncState::Leaf(r)
+            }
+        };
+        let Some(entry) = self.table.insert(target, state) else {
+            return FuncState::Leaf(Reason::ArmFailed);
+        };
+        if state == FuncState::Armed {
+            // `try_arm` pushed the function last; it has its entry now.
+            if let Some(f) = inner.funcs.last_mut() {
+                f.entry = entry;
+                f.pinned = root;
+                self.table.touch(entry);
+            }
+        }
+        state
+    }
+
+    fn try_arm(
+        &self,
+        inner: &mut TracerInner,
+        target: u64,
+        root: bool,
+    ) -> core::result::Result<FuncState, Reason> {
+        let mut sym = SymBuf::new().map_err(|_| Reason::ArmFailed)?;
+        let info = sym.lookup(target).ok_or(Reason::NotFunction)?;
+        if info.offset != 0 {
+            return Err(Reason::NotFunction);
+        }
+        if self.table.nearly_full() {
+            return Err(Reason::ArmFailed);
+        }
+        let verdict = if root {
+            FilterVerdict::Follow
+        } else {
+            parse::filter_verdict(inner.filter_patterns(), info.name.as_bytes())
+        };
+        match verdict {
+            FilterVerdict::Hide => return Ok(FuncState::Hidden),
+            FilterVerdict::Leaf => return Err(Reason::Filtered),
+            FilterVerdict::Follow => {}
+        }
+        // SAFETY: a C accessor (within_module on our own module).
+        let in_self = unsafe { crate::bindings::fctrace_addr_in_self(target as _) };
+        if in_self || is_denied(info.name.as_bytes()) {
+            return Err(Reason::Unprobeable);
+        }
+        let size = info.size;
+        if size == 0 || size > MAX_FUNC_SIZE {
+            return Err(Reason::Unprobeable);
+        }
+        let func = self.build_func(inner, target, size, &mut sym)?;
+        self.stats
+            .probes_armed
+            .fetch_add(func.sites.registered() as u64, Ordering::Relaxed);
+        inner
+            .funcs
+            .push(func, GFP_KERNEL)
+            .map_err(|_| Reason::ArmFailed)?;
+        Ok(FuncState::Armed)
+    }
+
+    /// Decodes the live code of the function at `start` and registers its probes.
+    fn build_func(
+        &self,
+        inner: &mut TracerInner,
+        start: u64,
+        size: u64,
+        sym: &mut SymBuf,
+    ) -> core::result::Result<Func, Reason> {
+        let mut code =
+            KVVec::from_elem(0u8, size as usize, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
+        if !read_kernel(start, &mut code) {
+            return Err(Reason::Unprobeable);
+        }
+        // Our own int3 hooks on the preemption path are not someone else's breakpoints.
+        self.preempt.restore_hook_bytes(start, &mut code);
+        let end = start + size;
+        let fentry = fentry_offset(&code) as u32;
+        // First pass: count sites; second: fill.
+        let mut sites: KVec<Probe<SiteData>> = KVec::new();
+        for pass in 0..2 {
+            let mut n = 0usize;
+            let mut prev_terminal = false;
+            let mut bad = false;
+            let res = decode::scan(&code, start, |off, insn| {
+                let addr = start + u64::from(off);
+                let terminal_before = prev_terminal;
+                // Nothing falls through into the int3 after an unconditional jump or a
+                // return: a run of them is padding (the kernel fills what alternatives
+                // patching freed after a shortened jump with int3).
+                prev_terminal = matches!(
+                    insn.flow,
+                    Flow::Ret | Flow::Jmp(_) | Flow::JmpReg(_) | Flow::JmpMem(_) | Flow::Ud
+                ) || (terminal_before && matches!(insn.flow, Flow::Int3));
+                // The ftrace site: the 5-byte nop (or call, while ftrace uses it) that
+                // opens the function, after `endbr64` if any.
+                if off == fentry
+                    && insn.len == 5
+                    && (insn.nop || matches!(insn.flow, Flow::Call(_)))
+                {
+                    return;
+                }
+                let outside = |t: u64| t < start || t >= end;
+                let kind = match insn.flow {
+                    Flow::Call(t) => classify_direct(t, sym).map(SiteKind::Call),
+                    Flow::CallReg(r) => Some(SiteKind::Call(Target::Reg(r))),
+                    Flow::CallMem(m) => Some(SiteKind::Call(Target::Mem(m))),
+                    Flow::Jmp(t) if outside(t) => {
+                        if is_return_thunk(t, sym) {
+                            Some(SiteKind::Ret)
+                        } else {
+                            classify_direct(t, sym).map(SiteKind::Tail)
+                        }
+                    }
+                    Flow::JmpReg(r) => Some(SiteKind::Tail(Target::Reg(r))),
+                    Flow::JmpMem(m) => Some(SiteKind::Tail(Target::Mem(m))),
+                    Flow::Jcc(t, Some(cc)) if outside(t) => {
+                        classify_direct(t, sym).map(|t| SiteKind::TailIf(t, cc))
+                    }
+                    Flow::Ret => Some(SiteKind::Ret),
+                    Flow::Int3 if !terminal_before && !is_padding(&code, off) => {
+                        // A breakpoint that is not padding: someone else probes this
+                        // function; its bytes cannot be trusted.
+                        bad = true;
+                        None
+                    }
+                    _ => None,
+                };
+                let Some(kind) = kind else { return };
+                n += 1;
+                if pass == 1 {
+                    let data = SiteData {
+                        func: start,
+                        func_end: end,
+                        addr,
+                        len: insn.len,
+                        kind,
+                    };
+                    // Capacity was reserved in pass 0, so this does not reallocate.
+                    let _ = sites.push(Probe::at(addr, data), GFP_KERNEL);
+                }
+            });
+            if res.is_err() || bad {
+                return Err(Reason::Unprobeable);
+            }
+            if pass == 0 {
+                self.make_room(inner, n as u64)?;
+                sites = KVec::with_capacity(n, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
+            }
+        }
+        // Register. A return that cannot be probed would leave frames open: refuse the
+        // whole function then. A call site that cannot be probed is counted.
+        let mut func = Func {
+            sites: ProbeSet::new(sites),
+            entry: 0,
+            pinned: false,
+        };
+        let complete = timed(&self.stats.register_ns, || {
+            let stats = &self.stats;
+            func.sites.register_all(|site, ok| {
+                stats.registrations.fetch_add(1, Ordering::Relaxed);
+                if ok {
+                    return true;
+                }
+                if matches!(site.kind, SiteKind::Ret) {
+                    return false;
+                }
+                stats.sites_unprobeable.fetch_add(1, Ordering::Relaxed);
+                true
+            })
+        });
+        if !complete || (func.sites.registered() == 0 && func.sites.len() != 0) {
+            let mut batch = Batch::new();
+            batch.add_set(&mut func.sites);
+            return Err(Reason::Unprobeable);
+        }
+        Ok(func)
+    }
+
+    /// Makes room for `n` more probes under `max_probes`, disarming the least recently
+    /// entered idle functions if needed.
+    fn make_room(&self, inner: &mut TracerInner, n: u64) -> core::result::Result<(), Reason> {
+        let max = self.settings.max_probes.load(Ordering::Relaxed);
+        let after = self.stats.probes_armed.load(Ordering::Relaxed) + n;
+        if after > max {
+            self.reap(inner, 0, after - max);
+            if self.stats.probes_armed.load(Ordering::Relaxed) + n > max {
+                return Err(Reason::ArmFailed);
+            }
+        }
+        Ok(())
+    }
+
+    /// The armed function starting at `func`.
+    pub(crate) fn armed_func<'a>(
+        &self,
+        inner: &'a mut TracerInner,
+        func: u64,
+    ) -> Option<&'a mut Func> {
+        let e = self.table.find(func)?;
+        inner.funcs.iter_mut().find(|f| f.entry == e)
+    }
+}
+
+/// The first instruction of a function after `endbr64` and the ftrace site: a probe there
+/// is an int3 probe (not ftrace-based) at the function's entry stack pointer.
+pub(crate) fn body_start(func: u64) -> Option<u64> {
+    let mut code = [0u8; 16];
+    if !read_kernel(func, &mut code) {
+        return None;
+    }
+    let mut off = fentry_offset(&code);
+    let next = decode::decode(code.get(off..)?, func + off as u64).ok()?;
+    if next.len == 5 && (next.nop || matches!(next.flow, Flow::Call(_))) {
+        off += 5;
+    }
+    Some(func + off as u64)
+}
+
+/// Where the ftrace site of a function starts: after its `endbr64`, which the kernel
+/// seals (turns into the 4-byte nop `66 0f 1f 00`) in functions whose address is never
+/// taken, so both forms count.
+fn fentry_offset(code: &[u8]) -> usize {
+    match code.get(..4) {
+        Some([0xf3, 0x0f, 0x1e, 0xfa]) | Some([0x66, 0x0f, 0x1f, 0x00]) => 4,
+        _ => 0,
+    }
+}
+
+/// A run of int3 up to the end of the function is padding.
+fn is_padding(code: &[u8], off: u32) -> bool {
+    code.get(off as usize..)
+        .is_some_and(|rest| rest.iter().all(|&b| b == 0xcc))
+}
+
+/// What a direct call or jump to `t` is: a retpoline thunk (really through a register),
+/// a call to instrumentation (`None`: not probed, not shown), or a plain direct call.
+fn classify_direct(t: u64, sym: &mut SymBuf) -> Option<Target> {
+    let Some(info) = sym.lookup(t) else {
+        return Some(Target::Direct(t));
+    };
+    if info.offset == 0 && is_instrumentation(info.name.as_bytes()) {
+        return None;
+    }
+    Some(match thunk_register(info.name) {
+        Some(r) => Target::Reg(r),
+        None => Target::Direct(t),
+    })
+}
+
+/// The register a retpoline thunk (`__x86_indirect_thunk_r11`) calls through.
+fn thunk_register(name: &str) -> Option<u8> {
+    const NAMES: [&str; 16] = [
+        "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12",
+        "r13", "r14", "r15",
+    ];
+    let reg = name.strip_prefix("__x86_indirect_thunk_")?;
+    NAMES.iter().position(|n| *n == reg).map(|i| i as u8)
+}
+
+/// Whether a jump to `t` is a return (through the return thunk).
+fn is_return_thunk(t: u64, sym: &mut SymBuf) -> bool {
+    sym.lookup(t)
+        .is_some_and(|i| i.name == "__x86_return_thunk")
+}

@@ -1,0 +1,440 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The probe handlers: call, jump and return sites of armed functions, the start
+//! function's entry, the system-call dispatcher, interrupt entries, exit and fork. They
+//! run in int3 (or ftrace) context with interrupts off: no sleeping, no allocation, no
+//! unbounded loop. (The preemption hooks' handler is in `preempt.rs`.)
+
+use super::arming::{SiteData, SiteKind, Target};
+use super::table::FuncState;
+use super::tree::{Ctx, Cur, TaskData};
+use super::{read_word, tracer, Tracer, MAX_FRAMES};
+use crate::bindings;
+use crate::kprobe::{Handler, Probe};
+use crate::parse::OptionName;
+use crate::record::{Reason, F_INDIRECT, F_TAIL};
+use core::sync::atomic::Ordering;
+use kernel::ffi::c_int;
+
+/// Bound for system call numbers read from `%esi` (the table has fewer entries).
+const MAX_SYSCALLS: u64 = 1024;
+
+/// Which task-lifetime or entry hook a probe is.
+#[derive(Clone, Copy)]
+pub(crate) enum Hook {
+    /// The start function's entry.
+    Root,
+    /// `do_exit()`: a thread ends.
+    Exit,
+    /// `wake_up_new_task()`: a fork or clone.
+    Fork,
+    /// The body of `x64_sys_call(regs, nr)` (past its ftrace site, so an int3 probe):
+    /// in all-system-calls mode, opens a trace at `sys_call_table[nr]`.
+    Syscall,
+    /// The entry of an interrupt handler (`irqs` option): opens an interrupt's tree when
+    /// a traced task is current. With the function's start address.
+    IrqRoot(Ctx, u64),
+    /// A `call __schedule` of the preemption path (see `preempt.rs`).
+    Preempt,
+}
+
+impl Handler for SiteData {
+    fn pre(p: &Probe<SiteData>, regs: &mut bindings::pt_regs) -> c_int {
+        tracer().map_or(0, |tr| tr.on_site(&p.data, regs))
+    }
+}
+
+impl Handler for Hook {
+    fn pre(p: &Probe<Hook>, regs: &mut bindings::pt_regs) -> c_int {
+        let Some(tr) = tracer() else { return 0 };
+        match p.data {
+            Hook::Root => tr.on_root(p, regs),
+            Hook::Exit => tr.on_exit(p, regs),
+            Hook::Fork => tr.on_fork(p, regs),
+            Hook::Syscall => tr.on_syscall(p, regs),
+            Hook::IrqRoot(ctx, func) => tr.on_irq_root(p, regs, ctx, func),
+            Hook::Preempt => tr.on_preempt(p, regs),
+        }
+    }
+}
+
+/// What to do about a call whose target is known.
+enum Callee {
+    /// Open the callee's frame (it is armed).
+    Follow,
+    /// Leave it and its subtree out (hidden by the filter).
+    Hide,
+    /// Open a preemption thunk's frame (see `preempt.rs`).
+    Thunk,
+    /// Show it as a leaf: the table says it is not followed, for this reason.
+    Leaf(Reason),
+    /// Show it as a leaf: it is not armed and the task cannot wait, for this reason (it
+    /// is queued to be armed ahead).
+    Unarmed(Reason),
+    /// Send the task to the trampoline to wait for the callee to be armed.
+    Wait,
+}
+
+/// General purpose register `r` (x86 encoding order) of `regs`.
+fn reg(regs: &bindings::pt_regs, r: u8) -> u64 {
+    (match r {
+        0 => regs.ax,
+        1 => regs.cx,
+        2 => regs.dx,
+        3 => regs.bx,
+        4 => regs.sp,
+        5 => regs.bp,
+        6 => regs.si,
+        7 => regs.di,
+        8 => regs.r8,
+        9 => regs.r9,
+        10 => regs.r10,
+        11 => regs.r11,
+        12 => regs.r12,
+        13 => regs.r13,
+        14 => regs.r14,
+        _ => regs.r15,
+    }) as u64
+}
+
+/// Where a call or jump at `site` goes, with the registers it runs with; `None` when
+/// read through memory that cannot be read (or a segment).
+fn resolve_target(t: Target, regs: &bindings::pt_regs, site: &SiteData) -> Option<u64> {
+    match t {
+        Target::Direct(a) => Some(a),
+        Target::Reg(r) => Some(reg(regs, r)),
+        Target::Mem(m) => {
+            if m.segment.is_some() {
+                return None;
+            }
+            let mut a = m.disp as i64 as u64;
+            if m.rip_relative {
+                a = a.wrapping_add(site.addr + u64::from(site.len));
+            }
+            if let Some(b) = m.base {
+                a = a.wrapping_add(reg(regs, b));
+            }
+            if let Some(i) = m.index {
+                a = a.wrapping_add(reg(regs, i).wrapping_mul(u64::from(m.scale)));
+            }
+            read_word(a)
+        }
+    }
+}
+
+impl Tracer {
+    /// Decides what a call of `target` from `site` (a call site, or the system-call
+    /// hook) does, for the task `cur` with tree `d`. A callee not armed that the task
+    /// cannot wait for is queued to be armed ahead.
+    fn classify_call(&self, cur: &Cur, d: &TaskData, target: u64, site: u64, tail: bool) -> Callee {
+        match self.table.lookup(target) {
+            FuncState::Armed => Callee::Follow,
+            FuncState::Hidden => Callee::Hide,
+            FuncState::Leaf(Reason::Unprobeable) if !tail && self.preempt.is_thunk(target) => {
+                Callee::Thunk
+            }
+            FuncState::Leaf(r) => Callee::Leaf(r),
+            FuncState::Unknown if self.may_wait(cur, d) && d.wait.last_redirect != site => {
+                Callee::Wait
+            }
+            FuncState::Unknown => {
+                let reason = self.unarmed_reason(cur, d);
+                if reason != Reason::ArmFailed {
+                    self.want(target);
+                }
+                Callee::Unarmed(reason)
+            }
+        }
+    }
+
+    /// The pre-handler of every call, jump and return site.
+    fn on_site(&self, site: &SiteData, regs: &mut bindings::pt_regs) -> c_int {
+        let irqs = self.settings.option(OptionName::Irqs);
+        let Some(cur) = self.current_in(regs, false, irqs) else {
+            return 0;
+        };
+        // SAFETY: an int3 handler, in `cur`'s context with interrupts off; `d` is dropped
+        // before returning.
+        let Some((slot, d)) = (unsafe { self.tree(&cur) }) else {
+            return 0;
+        };
+        if d.wait.guard || d.stack.depth() == 0 {
+            return 0;
+        }
+        let sp = regs.sp as u64;
+        if d.stack.suppressed(sp) {
+            return 0;
+        }
+        let rec = self.recorder(&cur);
+        if !matches!(site.kind, SiteKind::Ret) {
+            // Frames opened below this stack pointer have returned without a probe
+            // seeing it (they ended in a tail call that was not followed, or left
+            // through a path no probe covers): close them before drawing this call.
+            d.stack.close_stale(&rec, sp);
+            let Some(top) = d.stack.top() else {
+                self.release_if_done(slot, d);
+                return 0;
+            };
+            // A call site counts only in the function the task is known to be in (its
+            // innermost frame). Others run below it without a call fctrace saw: the
+            // scheduler entered from an interrupt's return (preempt_schedule_irq() is
+            // called from noinstr code), or a callee reached through a call site kprobes
+            // refused. Drawing them as calls of the interrupted function would be wrong.
+            if top.func != site.func {
+                return 0;
+            }
+            // lossless: the buffer is filling faster than the reader empties it; the task
+            // waits in the trampoline, then makes this call again (and it is recorded).
+            if cur.sleepable && d.wait.last_throttle != site.addr && self.should_throttle() {
+                self.redirect_throttle(d, regs, site.addr);
+                return 1;
+            }
+        }
+        let (target, tail, indirect) = match site.kind {
+            SiteKind::Ret => {
+                d.wait.last_redirect = 0;
+                d.wait.last_throttle = 0;
+                let retval_on = self.settings.option(OptionName::Retval);
+                d.stack
+                    .close_returning(&rec, sp, site.addr, regs.ax as u64, retval_on);
+                self.release_if_done(slot, d);
+                return 0;
+            }
+            SiteKind::Call(t) => (
+                resolve_target(t, regs, site),
+                false,
+                !matches!(t, Target::Direct(_)),
+            ),
+            SiteKind::Tail(t) | SiteKind::TailIf(t, _) => {
+                if let SiteKind::TailIf(_, cc) = site.kind {
+                    if !cc.holds(regs.flags as u64) {
+                        return 0;
+                    }
+                }
+                let a = resolve_target(t, regs, site);
+                // An indirect jump inside the function is a jump table, not a tail call.
+                if a.is_some_and(|a| a >= site.func && a < site.func_end) {
+                    return 0;
+                }
+                (a, true, !matches!(t, Target::Direct(_)))
+            }
+        };
+        let flags = if tail { F_TAIL } else { 0 } | if indirect { F_INDIRECT } else { 0 };
+        let Some(target) = target else {
+            d.wait.last_redirect = 0;
+            d.stack
+                .leaf(&rec, Reason::IndirectUnknown, flags, 0, site.addr, sp, tail);
+            return 0;
+        };
+        let max = self.settings.max_depth.load(Ordering::Relaxed) as usize;
+        let depth = d.stack.depth();
+        if (max != 0 && depth >= max) || depth >= MAX_FRAMES {
+            d.wait.last_redirect = 0;
+            d.stack
+                .leaf(&rec, Reason::Depth, flags, target, site.addr, sp, tail);
+            return 0;
+        }
+        let callee = self.classify_call(&cur, d, target, site.addr, tail);
+        if !matches!(callee, Callee::Wait) {
+            d.wait.last_redirect = 0;
+        }
+        let entry_sp = if tail { sp } else { sp - 8 };
+        match callee {
+            Callee::Follow => {
+                d.stack
+                    .open(&rec, target, site.addr, flags, entry_sp, false);
+            }
+            Callee::Hide => d.stack.suppress(sp, tail),
+            // A preemption point: its frame holds what `Hook::Preempt` sees of the
+            // scheduler. The thunk's return is not probed, so the frame closes, as
+            // expected, when the task is next seen above it.
+            Callee::Thunk => {
+                d.stack.open(&rec, target, site.addr, flags, entry_sp, true);
+            }
+            Callee::Leaf(r) | Callee::Unarmed(r) => {
+                d.stack.leaf(&rec, r, flags, target, site.addr, sp, tail)
+            }
+            Callee::Wait => {
+                self.redirect(d, regs, site.addr, target);
+                return 1;
+            }
+        }
+        0
+    }
+
+    /// The pre-handler at the start function's entry: opens a trace.
+    fn on_root(&self, p: &Probe<Hook>, regs: &mut bindings::pt_regs) -> c_int {
+        let Some(cur) = self.current(regs, p.is_ftrace_based()) else {
+            return 0;
+        };
+        let Some(slot) = self.claim_slot(cur.pid) else {
+            return 0;
+        };
+        // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
+        let d = unsafe { self.data(slot) };
+        if d.wait.guard {
+            return 0;
+        }
+        let sp = regs.sp as u64;
+        let rec = self.recorder(&cur);
+        // Frames at or below this entry's stack pointer are stale (their returns were
+        // missed); deeper ones mean we are nested inside a trace already.
+        d.stack.close_stale(&rec, sp);
+        if d.stack.depth() > 0 {
+            return 0;
+        }
+        d.stack.end_suppression();
+        d.wait.last_redirect = 0;
+        d.wait.nowait = false;
+        let func = self.root.load(Ordering::Relaxed);
+        d.stack.open(&rec, func, 0, 0, sp, false);
+        0
+    }
+
+    /// The entry of an interrupt handler (`irqs` option), running while a traced task is
+    /// current: opens the tree of this interrupt context, shown marked.
+    fn on_irq_root(
+        &self,
+        p: &Probe<Hook>,
+        regs: &mut bindings::pt_regs,
+        ctx: Ctx,
+        func: u64,
+    ) -> c_int {
+        if !self.settings.option(OptionName::Irqs) {
+            return 0;
+        }
+        let Some(cur) = self.current_in(regs, p.is_ftrace_based(), true) else {
+            return 0;
+        };
+        if cur.ctx != ctx {
+            return 0;
+        }
+        // SAFETY: interrupt entry functions are entered with interrupts off, in `ctx`;
+        // `d` is dropped before returning.
+        let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
+            return 0;
+        };
+        let sp = regs.sp as u64;
+        let rec = self.recorder(&cur);
+        // Frames of an earlier interrupt whose return was missed are below this one.
+        d.stack.close_stale(&rec, sp);
+        if d.stack.depth() > 0 {
+            return 0;
+        }
+        d.stack.end_suppression();
+        d.wait.last_redirect = 0;
+        d.stack.open(&rec, func, 0, 0, sp, false);
+        0
+    }
+
+    /// All-system-calls mode: `x64_sys_call()` is about to dispatch system call `nr`
+    /// (`%esi`) to `sys_call_table[nr]`, with a tail jump in all but a few cases, so that
+    /// function runs at this stack pointer: it opens the trace at depth 0. Only this one
+    /// probe is hit by other tasks' system calls.
+    fn on_syscall(&self, p: &Probe<Hook>, regs: &mut bindings::pt_regs) -> c_int {
+        let Some(cur) = self.current(regs, false) else {
+            return 0;
+        };
+        let Some(slot) = self.claim_slot(cur.pid) else {
+            return 0;
+        };
+        // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
+        let d = unsafe { self.data(slot) };
+        if d.wait.guard {
+            return 0;
+        }
+        let rec = self.recorder(&cur);
+        // A new system call: whatever is still open belongs to one whose return was not
+        // seen (it left through a path no probe covers).
+        d.stack.close_returning(&rec, u64::MAX, 0, 0, false);
+        let nr = (regs.si as u64) & 0xffff_ffff;
+        let table = self.syscall_table.load(Ordering::Relaxed);
+        let target = if nr < MAX_SYSCALLS {
+            read_word(table + 8 * nr)
+        } else {
+            None
+        };
+        let sp = regs.sp as u64;
+        let hook_addr = p.addr();
+        // A new trace, unless the task is back from the trampoline for this call.
+        if d.wait.last_redirect != hook_addr {
+            d.wait.nowait = false;
+        }
+        let Some(target) = target else {
+            d.wait.last_redirect = 0;
+            self.release_if_done(Some(slot), d);
+            return 0;
+        };
+        let callee = self.classify_call(&cur, d, target, hook_addr, false);
+        if !matches!(callee, Callee::Wait) {
+            d.wait.last_redirect = 0;
+        }
+        match callee {
+            Callee::Follow => {
+                d.stack.end_suppression();
+                d.stack.open(&rec, target, hook_addr, 0, sp, false);
+                return 0;
+            }
+            Callee::Wait => {
+                self.redirect(d, regs, hook_addr, target);
+                return 1;
+            }
+            Callee::Leaf(r) => rec.leaf_at(0, r, target, hook_addr),
+            Callee::Unarmed(r) => {
+                rec.leaf_at(0, r, target, hook_addr);
+                self.count(r);
+            }
+            Callee::Hide | Callee::Thunk => {}
+        }
+        self.release_if_done(Some(slot), d);
+        0
+    }
+
+    /// `do_exit()` entry: close the thread's frames; forget the process when its last
+    /// thread goes.
+    fn on_exit(&self, p: &Probe<Hook>, regs: &mut bindings::pt_regs) -> c_int {
+        let Some(cur) = self.current(regs, p.is_ftrace_based()) else {
+            return 0;
+        };
+        if let Some(slot) = self.slot(cur.pid) {
+            // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
+            let d = unsafe { self.data(slot) };
+            d.stack.close_exiting(&self.recorder(&cur));
+            d.wait.pending = 0;
+            self.release(slot);
+        }
+        // SAFETY: a C accessor of `current`.
+        if unsafe { bindings::fctrace_current_last_thread() } {
+            for t in &self.traced {
+                let _ = t.compare_exchange(cur.tgid, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+            if !self.any_traced() {
+                // The work item ends tracing.
+                self.kick_work();
+            }
+        }
+        0
+    }
+
+    /// `wake_up_new_task(p)` entry: with follow-forks, a traced process's child is traced.
+    fn on_fork(&self, p: &Probe<Hook>, regs: &mut bindings::pt_regs) -> c_int {
+        if !self.settings.option(OptionName::FollowForks) {
+            return 0;
+        }
+        let Some(cur) = self.current(regs, p.is_ftrace_based()) else {
+            return 0;
+        };
+        // SAFETY: `wake_up_new_task`'s first argument is a live `task_struct`.
+        let child = unsafe { bindings::fctrace_task_tgid(regs.di as *const _) } as u32;
+        if child == cur.tgid || self.is_traced(child) {
+            return 0;
+        }
+        if !self.traced.iter().any(|t| {
+            t.compare_exchange(0, child, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        }) {
+            self.stats.task_overflow.fetch_add(1, Ordering::Relaxed);
+        }
+        0
+    }
+}

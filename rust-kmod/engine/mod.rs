@@ -1,0 +1,373 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The dynamic call-site engine: the mechanism that follows a traced task through the
+//! kernel. (What the control files show and accept is `control.rs`; turning its records
+//! into text is `reader.rs`.)
+//!
+//! A function is *armed* when a kprobe sits on each of its call instructions, tail jumps
+//! and returns. When a traced task reaches an armed call site, the call is recorded and, if
+//! the callee is not armed yet, the task is sent through `fctrace_trampoline`, where it
+//! waits (in its own, sleepable, context) for the work item to arm the callee, and then
+//! runs the call again. So the probed code grows with what the task executes, and nothing
+//! else is touched.
+//!
+//! The parts, one file each:
+//!
+//! - [`tree`]: which call tree a probe hit belongs to (a traced thread's, or an interrupt
+//!   context's), and the records it adds; the shadow stack's rules themselves are in
+//!   `crates/fctrace-core` (`shadow.rs`), host-tested.
+//! - [`table`]: the function table, what fctrace knows about each function it met.
+//! - [`handlers`]: the probe handlers (call sites, the start function, system calls,
+//!   interrupts, preemption, exit and fork).
+//! - [`arming`]: decoding a function and registering its probes.
+//! - [`wait`]: the trampoline handshake, arming ahead, lossless throttling, work items.
+//! - [`session`]: tracing on and off, lazy disarming.
+//! - [`preempt`]: the preemption path's thunks and hooks.
+//! - [`policy`]: what is never armed (the deny list), instrumentation, interrupt roots.
+
+mod arming;
+mod handlers;
+mod policy;
+mod preempt;
+mod session;
+mod table;
+mod tree;
+mod wait;
+
+pub(crate) use arming::Func;
+pub(crate) use handlers::Hook;
+
+use crate::bindings;
+use crate::buffer::Buffer;
+use crate::error_log::ErrorLog;
+use crate::kprobe::Probe;
+use crate::parse::{FilterPattern, OptionName, OPTIONS};
+use crate::record::Reason;
+use core::pin::Pin;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use kernel::alloc::KVec;
+use kernel::prelude::*;
+use kernel::sync::Mutex;
+use kernel::{new_mutex, sync::lock};
+
+pub(crate) use crate::shadow::MAX_FRAMES;
+/// Threads that can be inside a trace at once.
+pub(crate) const MAX_TASKS: usize = 64;
+/// Processes `set_pid` can hold.
+pub(crate) const MAX_PIDS: usize = 32;
+/// Default and largest bound on the probes armed at once (`max_probes`).
+pub(crate) const DEFAULT_MAX_PROBES: u64 = 60000;
+pub(crate) const MAX_MAX_PROBES: u64 = 1_000_000;
+/// Default `arm_wait_ms`: how long a task in the trampoline waits for the work item to
+/// arm its callee.
+pub(crate) const DEFAULT_ARM_WAIT_MS: u32 = 10_000;
+/// Default `disarm_after`, seconds.
+pub(crate) const DEFAULT_DISARM_AFTER_S: u32 = 30;
+/// Default ring buffer size per CPU, in KiB.
+pub(crate) const DEFAULT_BUFFER_KB: u64 = 1024;
+
+/// The single instance, for the C callbacks.
+static TRACER: AtomicPtr<Tracer> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The tracer, if the module is loaded.
+pub(crate) fn tracer() -> Option<&'static Tracer> {
+    let p = TRACER.load(Ordering::Acquire);
+    // SAFETY: `TRACER` is set to a pinned, heap-allocated `Tracer` by `TracerHandle::new`
+    // and cleared in `TracerHandle::drop` only after every probe and file is gone and no
+    // task can be in the trampoline; callers never keep the reference past their callback.
+    unsafe { p.as_ref() }
+}
+
+/// The scheduler clock in ns (`local_clock()`): the trace's timestamps, durations and
+/// idle times. Any context, NMI included.
+pub(crate) fn clock_ns() -> u64 {
+    // SAFETY: a C wrapper of `local_clock()`, which has no preconditions.
+    unsafe { bindings::fctrace_clock() }
+}
+
+/// Runs `f` and adds the time it took to `ns`.
+fn timed<R>(ns: &AtomicU64, f: impl FnOnce() -> R) -> R {
+    let t0 = clock_ns();
+    let r = f();
+    ns.fetch_add(clock_ns().saturating_sub(t0), Ordering::Relaxed);
+    r
+}
+
+/// The CPU we run on.
+fn this_cpu() -> u32 {
+    // SAFETY: a C accessor; any context.
+    unsafe { bindings::fctrace_cpu() }
+}
+
+/// Reads a kernel word that may not be mapped, without faulting.
+fn read_word(addr: u64) -> Option<u64> {
+    let mut v = [0u8; 8];
+    read_kernel(addr, &mut v).then(|| u64::from_ne_bytes(v))
+}
+
+/// Copies kernel memory at `addr` into `buf` without faulting; false if unreadable.
+fn read_kernel(addr: u64, buf: &mut [u8]) -> bool {
+    // SAFETY: `copy_from_kernel_nofault` checks the source and never faults; the
+    // destination is `buf`, writable for its length.
+    unsafe {
+        bindings::copy_from_kernel_nofault(buf.as_mut_ptr().cast(), addr as *const _, buf.len())
+            == 0
+    }
+}
+
+/// Event counters shown in `stats`.
+#[derive(Default)]
+pub(crate) struct Stats {
+    pub(crate) written: AtomicU64,
+    pub(crate) write_failed: AtomicU64,
+    pub(crate) reasons: [AtomicU64; Reason::COUNT],
+    pub(crate) task_overflow: AtomicU64,
+    pub(crate) armed_ahead: AtomicU64,
+    pub(crate) ahead_queued: AtomicU64,
+    pub(crate) redirects: AtomicU64,
+    /// Functions armed now: `inner.funcs.len()`, published by [`Guard`] as it releases the
+    /// mutex, so that reading `stats` does not wait for an arming pass holding it.
+    pub(crate) funcs_armed: AtomicU64,
+    pub(crate) funcs_refused: AtomicU64,
+    pub(crate) probes_armed: AtomicU64,
+    pub(crate) sites_unprobeable: AtomicU64,
+    /// `irqs` option: interrupt entry functions that could not be hooked.
+    pub(crate) irq_roots_missing: AtomicU64,
+    /// `lossless` option: times a traced task waited for the reader.
+    pub(crate) lossless_waits: AtomicU64,
+    /// Functions disarmed lazily (idle, or to make room under `max_probes`).
+    pub(crate) funcs_disarmed: AtomicU64,
+    /// Probe registrations tried, and the time spent in them (ns): what arming costs.
+    pub(crate) registrations: AtomicU64,
+    pub(crate) register_ns: AtomicU64,
+    /// Probes unregistered while tracing (lazy disarming) and the time that took (ns).
+    pub(crate) unregistrations: AtomicU64,
+    pub(crate) unregister_ns: AtomicU64,
+}
+
+/// The settings a user changes with the control files that take effect at once.
+pub(crate) struct Settings {
+    pub(crate) max_depth: AtomicU32,
+    /// Bound on `stats.probes_armed`: a function whose probes would exceed it is refused
+    /// (shown as `not followed: arming failed`).
+    pub(crate) max_probes: AtomicU64,
+    /// Seconds after which an idle armed function is disarmed (0 = never).
+    pub(crate) disarm_after_s: AtomicU32,
+    /// Longest wait in the trampoline for a callee to be armed, ms (0 = never wait).
+    pub(crate) arm_wait_ms: AtomicU32,
+    /// The `options` file, indexed by [`OptionName`].
+    options: [AtomicBool; OptionName::COUNT],
+}
+
+impl Settings {
+    fn new() -> Self {
+        Settings {
+            max_depth: AtomicU32::new(0),
+            max_probes: AtomicU64::new(DEFAULT_MAX_PROBES),
+            disarm_after_s: AtomicU32::new(DEFAULT_DISARM_AFTER_S),
+            arm_wait_ms: AtomicU32::new(DEFAULT_ARM_WAIT_MS),
+            options: OPTIONS.map(|(_, _, default)| AtomicBool::new(default)),
+        }
+    }
+
+    /// The value of option `o`.
+    pub(crate) fn option(&self, o: OptionName) -> bool {
+        self.options[o as usize].load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_option(&self, o: OptionName, on: bool) {
+        self.options[o as usize].store(on, Ordering::Relaxed);
+    }
+}
+
+/// The fields of [`Tracer`] protected by its mutex: what decides what is armed, and the
+/// armed probes.
+pub(crate) struct TracerInner {
+    /// `tracing_on`.
+    pub(crate) tracing_on: bool,
+    /// Start function, `None` for every system call.
+    pub(crate) start: Option<u64>,
+    /// `filter`: (negated, glob) pairs.
+    pub(crate) filters: KVec<(bool, KVec<u8>)>,
+    /// Armed functions with their probes.
+    funcs: KVec<Func>,
+    /// Task-lifetime hooks and entry probes.
+    hooks: KVec<Pin<KBox<Probe<Hook>>>>,
+}
+
+impl TracerInner {
+    fn new() -> Self {
+        TracerInner {
+            tracing_on: true,
+            start: None,
+            filters: KVec::new(),
+            funcs: KVec::new(),
+            hooks: KVec::new(),
+        }
+    }
+
+    pub(crate) fn filter_patterns(&self) -> impl Iterator<Item = FilterPattern<'_>> + Clone {
+        self.filters.iter().map(|(negate, glob)| FilterPattern {
+            negate: *negate,
+            glob,
+        })
+    }
+}
+
+/// Everything the engine has.
+#[pin_data]
+pub(crate) struct Tracer {
+    /// Settings and armed probes; taken by control-file writes and by the arming path.
+    #[pin]
+    inner: Mutex<TracerInner>,
+    /// Lines for `error_log`.
+    #[pin]
+    pub(crate) errors: Mutex<ErrorLog>,
+    pub(crate) buf: Buffer,
+    pub(crate) settings: Settings,
+    /// Traced processes (thread-group ids), 0 = free.
+    pub(crate) traced: [AtomicU32; MAX_PIDS],
+    /// Probes are registered and tracing.
+    pub(crate) active: AtomicBool,
+    /// Open `trace_pipe` files.
+    pub(crate) readers: AtomicUsize,
+    /// Bumped at every (de)activation: per-thread state from before is stale.
+    generation: AtomicU32,
+    /// Where traces start: the start function, or in all-system-calls mode (0) the
+    /// function `sys_call_table` (`syscall_table`) names.
+    root: AtomicU64,
+    syscall_table: AtomicU64,
+    table: table::FuncTable,
+    trees: tree::Trees,
+    waits: wait::Waits,
+    preempt: preempt::Preempt,
+    pub(crate) stats: Stats,
+}
+
+/// The tracer's mutex, held inside a `memalloc_nofs` scope.
+///
+/// A traced task waits in the trampoline for the work item that holds this mutex to arm
+/// its callee, possibly from inside a file system (holding its locks) or in the middle of
+/// an allocation; reclaim entering a file system from the work item could wait for those
+/// locks until the task's wait times out. So nothing allocates with `__GFP_FS` while
+/// holding it: every holder goes through this guard, which makes all allocations in its
+/// scope `GFP_NOFS`.
+///
+/// On release it publishes the number of armed functions to `Stats::funcs_armed`.
+pub(crate) struct Guard<'a> {
+    guard: core::mem::ManuallyDrop<lock::Guard<'a, TracerInner, lock::mutex::MutexBackend>>,
+    nofs: u32,
+    funcs_armed: &'a AtomicU64,
+}
+
+impl core::ops::Deref for Guard<'_> {
+    type Target = TracerInner;
+    fn deref(&self) -> &TracerInner {
+        &self.guard
+    }
+}
+
+impl core::ops::DerefMut for Guard<'_> {
+    fn deref_mut(&mut self) -> &mut TracerInner {
+        &mut self.guard
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        self.funcs_armed
+            .store(self.guard.funcs.len() as u64, Ordering::Relaxed);
+        // SAFETY: `guard` is dropped exactly once, here, and not used afterwards.
+        unsafe { core::mem::ManuallyDrop::drop(&mut self.guard) };
+        // SAFETY: restores the scope saved in `Tracer::lock`, after the mutex is released.
+        unsafe { bindings::fctrace_nofs_restore(self.nofs) };
+    }
+}
+
+impl Tracer {
+    /// Takes the mutex (see [`Guard`]).
+    pub(crate) fn lock(&self) -> Guard<'_> {
+        // SAFETY: a C wrapper of memalloc_nofs_save(); restored by the guard's drop.
+        let nofs = unsafe { bindings::fctrace_nofs_save() };
+        Guard {
+            guard: core::mem::ManuallyDrop::new(self.inner.lock()),
+            nofs,
+            funcs_armed: &self.stats.funcs_armed,
+        }
+    }
+
+    /// Adds a line to `error_log`.
+    pub(crate) fn log(&self, args: core::fmt::Arguments<'_>) {
+        self.errors.lock().add(args);
+    }
+
+    fn gen(&self) -> u32 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_traced(&self, tgid: u32) -> bool {
+        tgid != 0
+            && self
+                .traced
+                .iter()
+                .any(|t| t.load(Ordering::Relaxed) == tgid)
+    }
+
+    pub(crate) fn any_traced(&self) -> bool {
+        self.traced.iter().any(|t| t.load(Ordering::Relaxed) != 0)
+    }
+
+    fn count(&self, r: Reason) {
+        if let Some(c) = self.stats.reasons.get(r as usize) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The number of armed functions when the mutex was last released: what `stats`
+    /// shows, without waiting for an arming pass that holds the mutex.
+    pub(crate) fn armed_functions_published(&self) -> u64 {
+        self.stats.funcs_armed.load(Ordering::Relaxed)
+    }
+}
+
+/// Owns the [`Tracer`] and publishes it to the C callbacks.
+pub(crate) struct TracerHandle(Pin<KBox<Tracer>>);
+
+impl TracerHandle {
+    pub(crate) fn new() -> Result<Self> {
+        let table = table::FuncTable::new()?;
+        let trees = tree::Trees::new()?;
+        let buf = Buffer::new(DEFAULT_BUFFER_KB * 1024)?;
+        let tracer = KBox::pin_init(
+            pin_init!(Tracer {
+                inner <- new_mutex!(TracerInner::new()),
+                errors <- new_mutex!(ErrorLog::new()),
+                buf,
+                settings: Settings::new(),
+                traced: [const { AtomicU32::new(0) }; MAX_PIDS],
+                active: AtomicBool::new(false),
+                readers: AtomicUsize::new(0),
+                generation: AtomicU32::new(1),
+                root: AtomicU64::new(0),
+                syscall_table: AtomicU64::new(0),
+                table,
+                trees,
+                waits: wait::Waits::new(),
+                preempt: preempt::Preempt::new(),
+                stats: Stats::default(),
+            }),
+            GFP_KERNEL,
+        )?;
+        TRACER.store(&*tracer as *const Tracer as *mut Tracer, Ordering::Release);
+        Ok(TracerHandle(tracer))
+    }
+}
+
+impl Drop for TracerHandle {
+    fn drop(&mut self) {
+        let tr: &Tracer = &self.0;
+        tr.deactivate(&mut tr.lock());
+        tr.wait_idle();
+        TRACER.store(core::ptr::null_mut(), Ordering::Release);
+    }
+}

@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Preemption at `preempt_enable()`.
+//!
+//! The call goes to `preempt_schedule_thunk` (or its `_notrace` twin), which kprobes
+//! refuses, and from there through `preempt_schedule()` (also refused) and
+//! `preempt_schedule_common()` (or `preempt_schedule_notrace()`) to `__schedule()`. A call
+//! to a thunk opens a frame (closed, without a value, when the task is seen above it
+//! again), and the [`Hook::Preempt`] probes on the `call __schedule` instructions of those
+//! two open a frame for the scheduler inside it, so the calls the scheduler makes for the
+//! task are followed as for `schedule()`. Only preemptions hit them, not every context
+//! switch.
+
+use super::handlers::Hook;
+use super::table::FuncState;
+use super::{read_kernel, Tracer};
+use crate::bindings;
+use crate::decode::{self, Flow};
+use crate::kprobe::Probe;
+use crate::ksym::{addr_of, SymBuf};
+use crate::record::Reason;
+use crate::shadow::MAX_FRAMES;
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use kernel::c_str;
+use kernel::ffi::c_int;
+
+/// The most `call __schedule` instructions hooked.
+pub(crate) const MAX_PREEMPT_HOOKS: usize = 4;
+
+/// What was found of the preemption path when tracing started (0 = not found).
+pub(crate) struct Preempt {
+    /// `preempt_schedule_thunk` and `preempt_schedule_notrace_thunk`.
+    thunks: [AtomicU64; 2],
+    /// `__schedule()`; 0 when the hooks are not in place (thunks are plain leaves then).
+    sched: AtomicU64,
+    /// Where the [`Hook::Preempt`] int3 probes are, and the byte each replaced: arming a
+    /// function that contains one (`__cond_resched()` calls `preempt_schedule_common()`)
+    /// decodes its code with that byte put back.
+    hooks: [AtomicU64; MAX_PREEMPT_HOOKS],
+    hook_bytes: [AtomicU8; MAX_PREEMPT_HOOKS],
+}
+
+impl Preempt {
+    pub(crate) fn new() -> Self {
+        Preempt {
+            thunks: [const { AtomicU64::new(0) }; 2],
+            sched: AtomicU64::new(0),
+            hooks: [const { AtomicU64::new(0) }; MAX_PREEMPT_HOOKS],
+            hook_bytes: [const { AtomicU8::new(0) }; MAX_PREEMPT_HOOKS],
+        }
+    }
+
+    /// Whether `f` is a preemption thunk whose frame the scheduler's hooks fill.
+    pub(crate) fn is_thunk(&self, f: u64) -> bool {
+        f != 0
+            && self.sched.load(Ordering::Relaxed) != 0
+            && self.thunks.iter().any(|t| t.load(Ordering::Relaxed) == f)
+    }
+
+    /// The hooks could not all be placed: thunks are plain unprobeable leaves.
+    pub(crate) fn disable(&self) {
+        self.sched.store(0, Ordering::Relaxed);
+    }
+
+    /// Puts back, in `code` (a copy of the function at `start`), the bytes our hooks
+    /// replaced with int3.
+    pub(crate) fn restore_hook_bytes(&self, start: u64, code: &mut [u8]) {
+        for (h, byte) in self.hooks.iter().zip(self.hook_bytes.iter()) {
+            let at = h.load(Ordering::Relaxed);
+            if at < start {
+                continue;
+            }
+            if let Some(b) = code.get_mut((at - start) as usize) {
+                if *b == 0xcc {
+                    *b = byte.load(Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Looks up the preemption path; returns where the [`Hook::Preempt`] probes go (0 =
+    /// none), all 0 (and no thunk is treated specially) if a part is missing, e.g. on a
+    /// kernel without `CONFIG_PREEMPTION`.
+    pub(crate) fn resolve(&self) -> [u64; MAX_PREEMPT_HOOKS] {
+        let none = [0u64; MAX_PREEMPT_HOOKS];
+        self.sched.store(0, Ordering::Relaxed);
+        for h in self.hooks.iter() {
+            h.store(0, Ordering::Relaxed);
+        }
+        let thunks = [
+            addr_of(c_str!("preempt_schedule_thunk")),
+            addr_of(c_str!("preempt_schedule_notrace_thunk")),
+        ];
+        let sched = addr_of(c_str!("__schedule"));
+        if thunks[0] == 0 || sched == 0 {
+            return none;
+        }
+        let Ok(mut sym) = SymBuf::new() else {
+            return none;
+        };
+        // The `call __schedule` instructions of the two functions the thunks end up in.
+        let mut at = none;
+        let mut n = 0;
+        for f in [
+            c_str!("preempt_schedule_common"),
+            c_str!("preempt_schedule_notrace"),
+        ] {
+            let start = addr_of(f);
+            let size = sym.lookup(start).map_or(0, |i| i.size);
+            if start == 0 || size == 0 {
+                return none;
+            }
+            let Some(calls) = calls_to(start, size, sched) else {
+                return none;
+            };
+            for c in calls.into_iter().flatten() {
+                let Some(slot) = at.get_mut(n) else {
+                    return none;
+                };
+                *slot = c;
+                n += 1;
+            }
+        }
+        if n == 0 {
+            return none;
+        }
+        let mut bytes = [0u8; MAX_PREEMPT_HOOKS];
+        for (b, &a) in bytes.iter_mut().zip(at.iter()).take(n) {
+            let mut one = [0u8];
+            if !read_kernel(a, &mut one) || one[0] == 0xcc {
+                return none;
+            }
+            *b = one[0];
+        }
+        for i in 0..n {
+            self.hooks[i].store(at[i], Ordering::Relaxed);
+            self.hook_bytes[i].store(bytes[i], Ordering::Relaxed);
+        }
+        for (t, a) in self.thunks.iter().zip(thunks) {
+            t.store(a, Ordering::Relaxed);
+        }
+        self.sched.store(sched, Ordering::Relaxed);
+        at
+    }
+}
+
+/// The `call target` instructions of the function at `start` (`size` bytes, at most
+/// 512; at most two calls; `None` if its code cannot be read or decoded).
+fn calls_to(start: u64, size: u64, target: u64) -> Option<[Option<u64>; 2]> {
+    let mut code = [0u8; 512];
+    let code = code.get_mut(..usize::try_from(size).ok()?)?;
+    if !read_kernel(start, code) {
+        return None;
+    }
+    let mut out = [None; 2];
+    let mut n = 0;
+    decode::scan(code, start, |off, insn| {
+        if insn.flow == Flow::Call(target) {
+            if let Some(o) = out.get_mut(n) {
+                *o = Some(start + u64::from(off));
+            }
+            n += 1;
+        }
+    })
+    .ok()?;
+    (n <= out.len()).then_some(out)
+}
+
+impl Tracer {
+    /// A `call __schedule` of the preemption path: if the traced task is inside a
+    /// preemption thunk (its innermost frame), the scheduler runs for it there: open its
+    /// frame, so its call sites count. Other tasks are ignored. (An interrupt's return
+    /// preempts through `preempt_schedule_irq()`, which has no hook.)
+    pub(crate) fn on_preempt(&self, p: &Probe<Hook>, regs: &mut bindings::pt_regs) -> c_int {
+        let Some(cur) = self.current(regs, p.is_ftrace_based()) else {
+            return 0;
+        };
+        let Some(slot) = self.slot(cur.pid) else {
+            return 0;
+        };
+        // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
+        let d = unsafe { self.data(slot) };
+        let depth = d.stack.depth();
+        let max = self.settings.max_depth.load(Ordering::Relaxed) as usize;
+        if d.wait.guard || depth == 0 || depth >= MAX_FRAMES || (max != 0 && depth >= max) {
+            return 0;
+        }
+        // `__schedule()`'s entry stack pointer: the call pushes the return address.
+        let sp = (regs.sp as u64).wrapping_sub(8);
+        if d.stack.suppresses(sp) {
+            return 0;
+        }
+        let Some(top) = d.stack.top() else { return 0 };
+        if !self.preempt.is_thunk(top.func) || sp >= top.entry_sp {
+            return 0;
+        }
+        let func = self.preempt.sched.load(Ordering::Relaxed);
+        let site = p.addr();
+        d.wait.last_redirect = 0;
+        let rec = self.recorder(&cur);
+        match self.table.lookup(func) {
+            FuncState::Armed => {
+                d.stack.open(&rec, func, site, 0, sp, false);
+            }
+            // Not armed (yet, or any more): the scheduler runs with preemption off, so it
+            // is armed ahead, like any callee first called in atomic context.
+            FuncState::Unknown => {
+                d.stack
+                    .leaf(&rec, Reason::Atomic, 0, func, site, sp + 8, false);
+                self.want(func);
+            }
+            _ => {}
+        }
+        0
+    }
+}

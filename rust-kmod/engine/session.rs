@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A tracing session: turning tracing on (the start function or the system-call hook,
+//! the task-lifetime hooks) and off (every probe removed), and lazy disarming of
+//! functions no traced task has entered for a while.
+
+use super::arming::body_start;
+use super::handlers::Hook;
+use super::policy::IRQ_ROOTS;
+use super::table::FuncState;
+use super::tree::Ctx;
+use super::wait::wake_armed;
+use super::{clock_ns, timed, tracer, Tracer, TracerInner};
+use crate::bindings;
+use crate::kprobe::{Batch, Probe};
+use crate::ksym::resolve;
+use crate::parse::OptionName;
+use core::sync::atomic::Ordering;
+use kernel::alloc::KVec;
+use kernel::c_str;
+use kernel::prelude::*;
+
+/// How often idle functions are looked for: a quarter of `disarm_after`, between these
+/// bounds (milliseconds).
+const REAP_PERIOD_MIN_MS: u32 = 1000;
+const REAP_PERIOD_MAX_MS: u32 = 10_000;
+
+impl Tracer {
+    /// Registers the probes for tracing: the start function (armed), its entry probe and
+    /// the exit, fork and preemption hooks. With the mutex held.
+    pub(crate) fn activate(&self, inner: &mut TracerInner) -> Result {
+        if self.active.load(Ordering::Acquire) || !inner.tracing_on || !self.any_traced() {
+            return Ok(());
+        }
+        // The root: the start function's entry (armed now), or in all-system-calls mode a
+        // probe in the body of x64_sys_call, whose callee is armed when first called.
+        let (root, hook_at) = match inner.start {
+            Some(a) => (Some(a), a),
+            None => {
+                let (dispatch, _) = resolve(c_str!("x64_sys_call"))?;
+                let (table, _) = resolve(c_str!("sys_call_table"))?;
+                self.syscall_table.store(table, Ordering::Relaxed);
+                (None, body_start(dispatch).ok_or(EINVAL)?)
+            }
+        };
+        self.root.store(root.unwrap_or(0), Ordering::Relaxed);
+        // No task may keep state from an earlier session.
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        if self.waits.none_inflight() {
+            self.trees.release_all();
+        }
+        self.active.store(true, Ordering::Release);
+        if let Err(e) = self.add_hooks(inner, root, hook_at) {
+            self.deactivate(inner);
+            return Err(e);
+        }
+        if self.settings.option(OptionName::Irqs) {
+            self.add_irq_roots(inner);
+        }
+        self.schedule_reap();
+        Ok(())
+    }
+
+    fn add_hooks(&self, inner: &mut TracerInner, root: Option<u64>, hook_at: u64) -> Result {
+        if let Some(root) = root {
+            if self.arm_as(inner, root, true) != FuncState::Armed {
+                return Err(EINVAL);
+            }
+        }
+        let root_hook = if root.is_some() {
+            Hook::Root
+        } else {
+            Hook::Syscall
+        };
+        let sched_at = self.preempt.resolve();
+        let mut hooks = KVec::new();
+        hooks.push(Probe::at(hook_at, root_hook), GFP_KERNEL)?;
+        hooks.push(Probe::on_symbol(c_str!("do_exit"), Hook::Exit), GFP_KERNEL)?;
+        hooks.push(
+            Probe::on_symbol(c_str!("wake_up_new_task"), Hook::Fork),
+            GFP_KERNEL,
+        )?;
+        for at in sched_at.into_iter().filter(|&a| a != 0) {
+            hooks.push(Probe::at(at, Hook::Preempt), GFP_KERNEL)?;
+        }
+        for p in hooks {
+            let is_preempt = matches!(p.data, Hook::Preempt);
+            let mut b = KBox::pin(p, GFP_KERNEL)?;
+            if let Err(e) = b.as_mut().register() {
+                if is_preempt {
+                    // Optional: without all of them, preemption thunks are plain
+                    // unprobeable leaves (the hooks that did register do nothing).
+                    self.preempt.disable();
+                    continue;
+                }
+                return Err(e);
+            }
+            inner.hooks.push(b, GFP_KERNEL)?;
+        }
+        Ok(())
+    }
+
+    /// `irqs` option: arms the interrupt entry functions and probes their entries. One
+    /// that this kernel does not have, or that cannot be probed, is counted and skipped.
+    pub(crate) fn add_irq_roots(&self, inner: &mut TracerInner) {
+        let hooked = inner
+            .hooks
+            .iter()
+            .any(|h| matches!(h.data, Hook::IrqRoot(..)));
+        if !self.active.load(Ordering::Acquire) || hooked {
+            return;
+        }
+        for &(name, ctx) in IRQ_ROOTS {
+            if self.add_irq_root(inner, name, ctx).is_none() {
+                self.stats.irq_roots_missing.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Arms one interrupt entry function (pinned: never disarmed lazily, its entry hook
+    /// opens frames) and hooks its entry.
+    fn add_irq_root(&self, inner: &mut TracerInner, name: &'static CStr, ctx: Ctx) -> Option<()> {
+        let (func, _) = resolve(name).ok()?;
+        if self.table.lookup(func) == FuncState::Armed {
+            self.armed_func(inner, func)?.pinned = true;
+        } else if self.arm_as(inner, func, true) != FuncState::Armed {
+            return None;
+        }
+        let mut b = KBox::pin(Probe::on_symbol(name, Hook::IrqRoot(ctx, func)), GFP_KERNEL).ok()?;
+        b.as_mut().register().ok()?;
+        inner.hooks.push(b, GFP_KERNEL).ok()
+    }
+
+    /// Removes every probe. With the mutex held.
+    pub(crate) fn deactivate(&self, inner: &mut TracerInner) {
+        self.active.store(false, Ordering::Release);
+        {
+            let mut batch = Batch::new();
+            for h in inner.hooks.iter_mut() {
+                batch.add(h.as_mut());
+            }
+            for f in inner.funcs.iter_mut() {
+                batch.add_set(&mut f.sites);
+            }
+            // Dropping the batch unregisters all at once; after that no handler runs.
+        }
+        inner.hooks = KVec::new();
+        inner.funcs = KVec::new();
+        self.table.clear();
+        self.waits.clear_wanted();
+        self.stats.probes_armed.store(0, Ordering::Relaxed);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        // Tasks waiting in the trampoline see `active` false and go on.
+        wake_armed();
+    }
+
+    /// Lazy disarming. Removes the probes of functions that no traced task or interrupt
+    /// is inside (no open frame) and that were last entered before `older_than` (clock
+    /// ns); and, while fewer than `need` probes were freed, of the least recently entered
+    /// other such functions (room under `max_probes`). The start function and interrupt
+    /// entries stay. A disarmed function keeps its table entry with state `Unknown`, so
+    /// its next call arms it again. With the mutex held; sleeps. Returns the number
+    /// disarmed.
+    pub(crate) fn reap(&self, inner: &mut TracerInner, older_than: u64, need: u64) -> usize {
+        let mut cand: KVec<(u64, usize)> = KVec::new();
+        for (i, f) in inner.funcs.iter().enumerate() {
+            let idle = !f.pinned
+                && !self.table.is_open(f.entry)
+                && self.table.state_of(f.entry) == FuncState::Armed;
+            if idle
+                && cand
+                    .push((self.table.last_entered(f.entry), i), GFP_KERNEL)
+                    .is_err()
+            {
+                return 0;
+            }
+        }
+        cand.sort_unstable();
+        let Ok(mut dead) = KVec::from_elem(false, inner.funcs.len(), GFP_KERNEL) else {
+            return 0;
+        };
+        let mut chosen = 0usize;
+        let mut freed = 0u64;
+        for &(last, i) in cand.iter() {
+            if last >= older_than && freed >= need {
+                break;
+            }
+            let Some(f) = inner.funcs.get(i) else {
+                continue;
+            };
+            freed += f.sites.registered() as u64;
+            dead[i] = true;
+            chosen += 1;
+        }
+        if chosen == 0 {
+            return 0;
+        }
+        // New calls of these functions now go the arming path, which waits for the mutex.
+        // Handlers that saw them armed have opened their frames once this returns.
+        for (f, _) in inner.funcs.iter().zip(dead.iter()).filter(|(_, d)| **d) {
+            self.table.set_state(f.entry, FuncState::Unknown);
+        }
+        // SAFETY: may sleep; we are in process context holding only the mutex.
+        unsafe { bindings::fctrace_synchronize_handlers() };
+        for (f, d) in inner.funcs.iter().zip(dead.iter_mut()).filter(|(_, d)| **d) {
+            if self.table.is_open(f.entry) {
+                // A task got in meanwhile: keep it.
+                self.table.set_state(f.entry, FuncState::Armed);
+                *d = false;
+            }
+        }
+        let old = core::mem::take(&mut inner.funcs);
+        let (Ok(mut keep), Ok(mut gone)) = (
+            KVec::with_capacity(old.len(), GFP_KERNEL),
+            KVec::with_capacity(chosen, GFP_KERNEL),
+        ) else {
+            for (f, _) in old.iter().zip(dead.iter()).filter(|(_, d)| **d) {
+                self.table.set_state(f.entry, FuncState::Armed);
+            }
+            inner.funcs = old;
+            return 0;
+        };
+        for (f, d) in old.into_iter().zip(dead.iter()) {
+            // Within capacity: these pushes do not fail (a failure would drop the function,
+            // which unregisters its probes: still consistent).
+            let _ = if *d {
+                gone.push(f, GFP_KERNEL)
+            } else {
+                keep.push(f, GFP_KERNEL)
+            };
+        }
+        inner.funcs = keep;
+        let unregistered: u64 = gone.iter().map(|f| f.sites.registered() as u64).sum();
+        timed(&self.stats.unregister_ns, || {
+            let mut batch = Batch::new();
+            for f in gone.iter_mut() {
+                batch.add_set(&mut f.sites);
+            }
+            // Dropping the batch unregisters them all at once.
+        });
+        self.stats
+            .unregistrations
+            .fetch_add(unregistered, Ordering::Relaxed);
+        let _ = self
+            .stats
+            .probes_armed
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(unregistered))
+            });
+        self.stats
+            .funcs_disarmed
+            .fetch_add(gone.len() as u64, Ordering::Relaxed);
+        gone.len()
+    }
+
+    /// The periodic lazy-disarming pass (a delayed work item, see
+    /// [`Tracer::schedule_reap`]).
+    fn reap_idle(&self) {
+        let after = u64::from(self.settings.disarm_after_s.load(Ordering::Relaxed));
+        let mut inner = self.lock();
+        if !self.active.load(Ordering::Acquire) {
+            return;
+        }
+        if after != 0 {
+            let now = clock_ns();
+            self.reap(&mut inner, now.saturating_sub(after * 1_000_000_000), 0);
+        }
+        self.schedule_reap();
+    }
+
+    /// Queues the next lazy-disarming pass, a quarter of `disarm_after` from now (within
+    /// `REAP_PERIOD_MIN_MS..=REAP_PERIOD_MAX_MS`), unless `disarm_after` is 0 (writing it
+    /// queues one) or tracing is off (activation queues one).
+    pub(crate) fn schedule_reap(&self) {
+        let after_ms = self
+            .settings
+            .disarm_after_s
+            .load(Ordering::Relaxed)
+            .saturating_mul(1000);
+        if after_ms == 0 || !self.active.load(Ordering::Acquire) {
+            return;
+        }
+        let period = (after_ms / 4).clamp(REAP_PERIOD_MIN_MS, REAP_PERIOD_MAX_MS);
+        // SAFETY: a C wrapper of `schedule_delayed_work()` (a no-op if queued).
+        unsafe { bindings::fctrace_schedule_reap(period) };
+    }
+}
+
+/// Called from the module's delayed work item: lazy disarming of idle functions.
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_reap_work() {
+    if let Some(tr) = tracer() {
+        tr.reap_idle();
+    }
+}

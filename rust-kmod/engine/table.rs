@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The function table: what fctrace knows about each function it met (armed, hidden, or
+//! a leaf with its reason), an open-addressing hash table keyed by address.
+//!
+//! Handlers read it without locks (atomic loads); it is written only by the arming path
+//! and control-file writes, which hold the tracer's mutex: a single writer.
+
+use super::clock_ns;
+use crate::record::Reason;
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use kernel::alloc::KVVec;
+use kernel::prelude::*;
+
+/// Functions fctrace can know about at once (armed or refused).
+const TABLE_CAP: usize = 16384;
+
+/// What the table says about a function.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FuncState {
+    /// Not met yet, or disarmed: its next call arms it.
+    Unknown,
+    /// Its probes are registered: calls to it open frames.
+    Armed,
+    /// Hidden by a `!pattern` filter: its calls and subtree are not shown.
+    Hidden,
+    /// Calls to it are shown as leaves, with this reason.
+    Leaf(Reason),
+}
+
+impl FuncState {
+    fn encode(self) -> u32 {
+        match self {
+            FuncState::Unknown => 0,
+            FuncState::Armed => 1,
+            FuncState::Hidden => 2,
+            FuncState::Leaf(r) => 3 | (r as u32) << 8,
+        }
+    }
+
+    fn decode(v: u32) -> Self {
+        match v & 0xff {
+            1 => FuncState::Armed,
+            2 => FuncState::Hidden,
+            3 => FuncState::Leaf(Reason::from_u8((v >> 8) as u8)),
+            _ => FuncState::Unknown,
+        }
+    }
+}
+
+/// The index of a function's entry in the table.
+pub(crate) type EntryId = u32;
+/// `Frame::entry` of a frame whose function has no table entry.
+pub(crate) use crate::shadow::NO_ENTRY;
+
+struct Entry {
+    key: AtomicU64,
+    /// A [`FuncState`], encoded.
+    state: AtomicU32,
+    /// Frames of this function open now (in any task or interrupt tree).
+    open: AtomicU32,
+    /// When a traced task last entered it (or it was armed), [`clock_ns`].
+    last: AtomicU64,
+}
+
+pub(crate) struct FuncTable {
+    entries: KVVec<Entry>,
+    /// Entries in use (written under the tracer's mutex).
+    used: AtomicUsize,
+}
+
+impl FuncTable {
+    pub(crate) fn new() -> Result<Self> {
+        let mut entries = KVVec::with_capacity(TABLE_CAP, GFP_KERNEL)?;
+        for _ in 0..TABLE_CAP {
+            entries.push(
+                Entry {
+                    key: AtomicU64::new(0),
+                    state: AtomicU32::new(0),
+                    open: AtomicU32::new(0),
+                    last: AtomicU64::new(0),
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        Ok(FuncTable {
+            entries,
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    /// The entry of `func`, if it has one.
+    pub(crate) fn find(&self, func: u64) -> Option<EntryId> {
+        let mut i = (func >> 4) as usize % TABLE_CAP;
+        for _ in 0..TABLE_CAP {
+            let k = self.entries[i].key.load(Ordering::Acquire);
+            if k == func {
+                return Some(i as EntryId);
+            }
+            if k == 0 {
+                return None;
+            }
+            i = (i + 1) % TABLE_CAP;
+        }
+        None
+    }
+
+    fn entry(&self, id: EntryId) -> Option<&Entry> {
+        self.entries.get(id as usize)
+    }
+
+    pub(crate) fn lookup(&self, func: u64) -> FuncState {
+        self.find(func)
+            .map_or(FuncState::Unknown, |i| self.state_of(i))
+    }
+
+    pub(crate) fn state_of(&self, id: EntryId) -> FuncState {
+        self.entry(id).map_or(FuncState::Unknown, |e| {
+            FuncState::decode(e.state.load(Ordering::Acquire))
+        })
+    }
+
+    /// Sets the state of an existing entry. With the mutex held.
+    pub(crate) fn set_state(&self, id: EntryId, s: FuncState) {
+        if let Some(e) = self.entry(id) {
+            e.state.store(s.encode(), Ordering::Release);
+        }
+    }
+
+    /// Records `func`'s state; its entry, or `None` if the table is full. With the mutex
+    /// held (single writer).
+    pub(crate) fn insert(&self, func: u64, s: FuncState) -> Option<EntryId> {
+        let mut i = (func >> 4) as usize % TABLE_CAP;
+        for _ in 0..TABLE_CAP {
+            let e = &self.entries[i];
+            let k = e.key.load(Ordering::Relaxed);
+            if k == 0 || k == func {
+                e.state.store(s.encode(), Ordering::Release);
+                e.key.store(func, Ordering::Release);
+                if k == 0 {
+                    self.used.fetch_add(1, Ordering::Relaxed);
+                }
+                return Some(i as EntryId);
+            }
+            i = (i + 1) % TABLE_CAP;
+        }
+        None
+    }
+
+    /// Whether one more entry would make the table more than 3/4 full: kept below that,
+    /// every function tried gets an entry (and is never armed twice).
+    pub(crate) fn nearly_full(&self) -> bool {
+        self.used.load(Ordering::Relaxed) + 1 >= TABLE_CAP * 3 / 4
+    }
+
+    /// A frame of `func` opens: counts it and notes the time (for lazy disarming).
+    pub(crate) fn enter(&self, func: u64) -> EntryId {
+        let Some(i) = self.find(func) else {
+            return NO_ENTRY;
+        };
+        self.entries[i as usize].open.fetch_add(1, Ordering::AcqRel);
+        self.touch(i);
+        i
+    }
+
+    /// A frame opened by [`FuncTable::enter`] closes.
+    pub(crate) fn leave(&self, id: EntryId) {
+        if let Some(e) = self.entry(id) {
+            // Never below zero (a table reset may have cleared the count meanwhile).
+            let _ = e
+                .open
+                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+    }
+
+    /// Notes that `id` was entered (or armed) now.
+    pub(crate) fn touch(&self, id: EntryId) {
+        if let Some(e) = self.entry(id) {
+            e.last.store(clock_ns(), Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a frame of `id` is open in any tree.
+    pub(crate) fn is_open(&self, id: EntryId) -> bool {
+        self.entry(id)
+            .is_some_and(|e| e.open.load(Ordering::Acquire) != 0)
+    }
+
+    /// When `id` was last entered.
+    pub(crate) fn last_entered(&self, id: EntryId) -> u64 {
+        self.entry(id).map_or(0, |e| e.last.load(Ordering::Relaxed))
+    }
+
+    /// Forgets everything (tracing stopped).
+    pub(crate) fn clear(&self) {
+        for e in self.entries.iter() {
+            e.key.store(0, Ordering::Relaxed);
+            e.state.store(0, Ordering::Relaxed);
+            e.open.store(0, Ordering::Relaxed);
+            e.last.store(0, Ordering::Relaxed);
+        }
+        self.used.store(0, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,372 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Call trees: which tree a probe hit belongs to (a traced thread's, or the interrupt
+//! context's of a CPU where a traced task is current), and the records it adds.
+//!
+//! Each traced thread inside a trace has a slot with a [`ShadowStack`] of frames (its
+//! rules are in `crates/fctrace-core/src/shadow.rs`) and its waiting state.
+
+use super::{clock_ns, this_cpu, Tracer, MAX_TASKS};
+use crate::bindings;
+use crate::record::{Kind, Reason, Record, F_IRQ, F_SOFTIRQ};
+use crate::shadow::{ShadowStack, Sink};
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU32, Ordering};
+use kernel::alloc::KVVec;
+use kernel::prelude::*;
+
+/// The context a probe hit runs in, for a traced task that is current.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ctx {
+    /// The task itself.
+    Task,
+    /// A softirq (or other code running for the task off its stack).
+    SoftIrq,
+    /// A hardware interrupt handler.
+    HardIrq,
+}
+
+/// The traced task a handler runs for.
+pub(crate) struct Cur {
+    pub(crate) pid: u32,
+    pub(crate) tgid: u32,
+    /// The task may sleep at the probed instruction.
+    pub(crate) sleepable: bool,
+    pub(crate) ctx: Ctx,
+}
+
+/// A thread's waiting state, beside its shadow stack.
+pub(crate) struct WaitState {
+    /// The task is in fctrace's own arming path (the trampoline).
+    pub(crate) guard: bool,
+    /// The function the task waits for in the trampoline (0: none).
+    pub(crate) pending: u64,
+    /// Sent to the trampoline to wait for the reader (`lossless`).
+    pub(crate) throttle: bool,
+    /// The call site the task last waited at (`lossless`): when the task makes the call
+    /// again after waiting, it goes on.
+    pub(crate) last_throttle: u64,
+    /// The call site the task was last sent to the trampoline from: when it makes that
+    /// call again, it does not wait again.
+    pub(crate) last_redirect: u64,
+    /// A wait for arming timed out in this trace (system call or start-function call):
+    /// the task likely holds something arming needs, so until the trace ends its calls to
+    /// unarmed functions are not waited for (shown as `arming timed out`, armed ahead).
+    pub(crate) nowait: bool,
+}
+
+impl WaitState {
+    pub(crate) const EMPTY: WaitState = WaitState {
+        guard: false,
+        pending: 0,
+        throttle: false,
+        last_throttle: 0,
+        last_redirect: 0,
+        nowait: false,
+    };
+
+    /// Forgets a state from before the last (de)activation (`nowait` is reset when a
+    /// trace starts).
+    pub(crate) fn reset(&mut self) {
+        *self = WaitState {
+            nowait: self.nowait,
+            ..WaitState::EMPTY
+        };
+    }
+}
+
+/// One call tree: its frames and the waiting state of its thread.
+pub(crate) struct TaskData {
+    /// The tracer generation this data belongs to (older data is reset).
+    gen: u32,
+    pub(crate) stack: ShadowStack,
+    pub(crate) wait: WaitState,
+}
+
+impl TaskData {
+    const EMPTY: TaskData = TaskData {
+        gen: 0,
+        stack: ShadowStack::EMPTY,
+        wait: WaitState::EMPTY,
+    };
+}
+
+/// One traced thread inside a trace.
+///
+/// # Invariants
+///
+/// `data` is only accessed by the thread whose id is in `pid`, from its own context (its
+/// probe handlers, which run with interrupts off, or the trampoline); a slot is claimed and
+/// released by that thread with atomic operations on `pid`.
+pub(crate) struct TaskSlot {
+    pid: AtomicU32,
+    data: UnsafeCell<TaskData>,
+}
+
+// SAFETY: see the invariant: `data` is never shared between threads.
+unsafe impl Sync for TaskSlot {}
+
+/// The call tree of one interrupt context (hard or soft) of one CPU, while a traced task
+/// is current there (`irqs` option).
+///
+/// # Invariants
+///
+/// `data` is only accessed on its CPU, by handlers running in its context with interrupts
+/// off (int3 handlers, and the ftrace-based handlers of interrupt entry functions, which
+/// are entered with interrupts off). Hard interrupts do not nest, nor do softirqs, and
+/// each kind has its own slot, so no two accesses overlap.
+struct IrqSlot {
+    data: UnsafeCell<TaskData>,
+}
+
+// SAFETY: see the invariant: `data` is only used from one CPU, one context at a time.
+unsafe impl Sync for IrqSlot {}
+
+/// Every call tree: one slot per thread inside a trace, two per CPU for interrupts.
+pub(crate) struct Trees {
+    tasks: KVVec<TaskSlot>,
+    /// Two per CPU: softirq, hard interrupt.
+    irqs: KVVec<IrqSlot>,
+}
+
+impl Trees {
+    pub(crate) fn new() -> Result<Self> {
+        let mut tasks = KVVec::with_capacity(MAX_TASKS, GFP_KERNEL)?;
+        for _ in 0..MAX_TASKS {
+            tasks.push(
+                TaskSlot {
+                    pid: AtomicU32::new(0),
+                    data: UnsafeCell::new(TaskData::EMPTY),
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        // SAFETY: reading a variable that is set once during boot.
+        let cpus = unsafe { bindings::nr_cpu_ids } as usize;
+        let mut irqs = KVVec::with_capacity(2 * cpus, GFP_KERNEL)?;
+        for _ in 0..2 * cpus {
+            irqs.push(
+                IrqSlot {
+                    data: UnsafeCell::new(TaskData::EMPTY),
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        Ok(Trees { tasks, irqs })
+    }
+
+    /// Frees every thread slot (no thread can be using one: called at activation with
+    /// no task in the trampoline).
+    pub(crate) fn release_all(&self) {
+        for s in self.tasks.iter() {
+            s.pid.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// Where a tree's records go: the ring buffer, stamped with the current task and CPU.
+pub(crate) struct Recorder<'a> {
+    pub(crate) tr: &'a Tracer,
+    pub(crate) cur: &'a Cur,
+}
+
+impl Sink for Recorder<'_> {
+    fn emit(&self, r: &mut Record) {
+        r.flags |= match self.cur.ctx {
+            Ctx::Task => 0,
+            Ctx::SoftIrq => F_SOFTIRQ,
+            Ctx::HardIrq => F_IRQ,
+        };
+        r.pid = self.cur.pid;
+        r.tgid = self.cur.tgid;
+        r.ts = clock_ns();
+        r.cpu = this_cpu();
+        // SAFETY: a C accessor of `current`, writing 16 bytes into `comm`.
+        unsafe { bindings::fctrace_current_comm(r.comm.as_mut_ptr()) };
+        self.tr.write(r);
+    }
+
+    fn now(&self) -> u64 {
+        clock_ns()
+    }
+
+    fn enter(&self, func: u64) -> u32 {
+        self.tr.table.enter(func)
+    }
+
+    fn leave(&self, entry: u32) {
+        self.tr.table.leave(entry)
+    }
+
+    fn count(&self, reason: Reason) {
+        self.tr.count(reason)
+    }
+}
+
+impl Recorder<'_> {
+    /// Records a leaf at `depth` without touching a stack (a system call that is not
+    /// followed: no tree is open).
+    pub(crate) fn leaf_at(&self, depth: usize, reason: Reason, func: u64, site: u64) {
+        let mut r = Record::ZERO;
+        r.kind = Kind::Leaf as u8;
+        r.depth = depth.min(255) as u8;
+        r.reason = reason as u8;
+        r.func = func;
+        r.site = site;
+        self.emit(&mut r);
+    }
+}
+
+impl Tracer {
+    /// The current task, if it is traced and ran the probed instruction in task context.
+    pub(crate) fn current(&self, regs: &bindings::pt_regs, via_ftrace: bool) -> Option<Cur> {
+        self.current_in(regs, via_ftrace, false)
+    }
+
+    /// The current task, if it is traced, and the context of the probed instruction: the
+    /// task's own, or (with `irqs`) an interrupt running while it is current.
+    pub(crate) fn current_in(
+        &self,
+        regs: &bindings::pt_regs,
+        via_ftrace: bool,
+        irqs: bool,
+    ) -> Option<Cur> {
+        if !self.active.load(Ordering::Acquire) {
+            return None;
+        }
+        let (pid, tgid) = current_ids();
+        if !self.is_traced(tgid) {
+            return None;
+        }
+        let mut sleepable = false;
+        // SAFETY: `regs` are the registers of the probed context, as the C helper expects.
+        let ctx = unsafe { bindings::fctrace_task_context(regs, via_ftrace, irqs, &mut sleepable) };
+        let ctx = match ctx as u32 {
+            bindings::FCTRACE_CTX_TASK => Ctx::Task,
+            bindings::FCTRACE_CTX_SOFTIRQ => Ctx::SoftIrq,
+            bindings::FCTRACE_CTX_HARDIRQ => Ctx::HardIrq,
+            _ => return None,
+        };
+        Some(Cur {
+            pid,
+            tgid,
+            sleepable,
+            ctx,
+        })
+    }
+
+    /// The call tree `cur` adds to: its thread's (`Some(slot)`), or its CPU's interrupt
+    /// context's (`None`).
+    ///
+    /// # Safety
+    ///
+    /// Called from a handler running in `cur`'s context with interrupts off; the returned
+    /// reference is dropped before the handler returns (see [`TaskSlot`] and [`IrqSlot`]).
+    #[allow(clippy::mut_from_ref)] // The data is in an `UnsafeCell` owned by one context.
+    pub(crate) unsafe fn tree(&self, cur: &Cur) -> Option<(Option<&TaskSlot>, &mut TaskData)> {
+        match cur.ctx {
+            Ctx::Task => {
+                let slot = self.slot(cur.pid)?;
+                // SAFETY: by the caller's contract we are `cur.pid`'s own handler.
+                Some((Some(slot), unsafe { self.data(slot) }))
+            }
+            Ctx::SoftIrq | Ctx::HardIrq => {
+                let i = 2 * this_cpu() as usize + usize::from(cur.ctx == Ctx::HardIrq);
+                let slot = self.trees.irqs.get(i)?;
+                // SAFETY: by the caller's contract we run on this CPU in this context with
+                // interrupts off: the `IrqSlot` invariant.
+                Some((None, unsafe { self.fresh(&slot.data) }))
+            }
+        }
+    }
+
+    /// The slot of thread `pid`, if it has one.
+    pub(crate) fn slot(&self, pid: u32) -> Option<&TaskSlot> {
+        self.trees
+            .tasks
+            .iter()
+            .find(|s| s.pid.load(Ordering::Relaxed) == pid)
+    }
+
+    /// The slot of thread `pid`, claimed if it has none (counted when all are taken).
+    pub(crate) fn claim_slot(&self, pid: u32) -> Option<&TaskSlot> {
+        if let Some(s) = self.slot(pid) {
+            return Some(s);
+        }
+        let s = self.trees.tasks.iter().find(|s| {
+            s.pid
+                .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        });
+        if s.is_none() {
+            self.stats.task_overflow.fetch_add(1, Ordering::Relaxed);
+        }
+        s
+    }
+
+    /// The slot's data for its own thread, reset if it is from before the last
+    /// (de)activation.
+    ///
+    /// # Safety
+    ///
+    /// Called only by the thread `slot.pid` names, and the returned reference is not held
+    /// across anything that could let that thread run another handler (it is dropped
+    /// before the handler returns, or before the trampoline sleeps).
+    #[allow(clippy::mut_from_ref)] // The data is in an `UnsafeCell` owned by one thread.
+    pub(crate) unsafe fn data<'a>(&self, slot: &'a TaskSlot) -> &'a mut TaskData {
+        // SAFETY: the caller's contract is the `TaskSlot` invariant.
+        unsafe { self.fresh(&slot.data) }
+    }
+
+    /// # Safety
+    ///
+    /// Nobody else accesses `cell` while the returned reference lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn fresh<'a>(&self, cell: &'a UnsafeCell<TaskData>) -> &'a mut TaskData {
+        // SAFETY: by the caller's contract, nobody else accesses this data now.
+        let d = unsafe { &mut *cell.get() };
+        let gen = self.gen();
+        if d.gen != gen {
+            d.gen = gen;
+            d.stack.reset();
+            d.wait.reset();
+        }
+        d
+    }
+
+    /// Frees `slot` once its tree is empty and its thread waits for nothing.
+    pub(crate) fn release_if_done(&self, slot: Option<&TaskSlot>, d: &TaskData) {
+        if let Some(slot) = slot.filter(|_| d.stack.depth() == 0 && d.wait.pending == 0) {
+            slot.pid.store(0, Ordering::Release);
+        }
+    }
+
+    /// Frees `slot` (its thread exits).
+    pub(crate) fn release(&self, slot: &TaskSlot) {
+        slot.pid.store(0, Ordering::Release);
+    }
+
+    /// Writes a record to the ring buffer, counting it.
+    fn write(&self, r: &Record) {
+        if self.buf.write(r) {
+            self.stats.written.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.stats.write_failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The current thread's id and process id.
+pub(crate) fn current_ids() -> (u32, u32) {
+    let (mut pid, mut tgid) = (0u32, 0u32);
+    // SAFETY: a C accessor of `current`, which always exists.
+    unsafe { bindings::fctrace_current_ids(&mut pid, &mut tgid) };
+    (pid, tgid)
+}
+
+impl Tracer {
+    /// Where `cur`'s records go.
+    pub(crate) fn recorder<'a>(&'a self, cur: &'a Cur) -> Recorder<'a> {
+        Recorder { tr: self, cur }
+    }
+}

@@ -1,0 +1,394 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Waiting, in the traced task and in the work item: the trampoline handshake (a task
+//! sent to `fctrace_trampoline` waits there for the work item to arm its callee), arming
+//! ahead (callees first called in atomic context, armed for the next run), and lossless
+//! throttling (a task waits for the reader instead of losing events).
+
+use super::table::FuncState;
+use super::tree::{current_ids, Cur, TaskData};
+use super::{clock_ns, this_cpu, tracer, Tracer, TracerInner, MAX_TASKS};
+use crate::bindings;
+use crate::parse::OptionName;
+use crate::record::Reason;
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use kernel::alloc::KVec;
+use kernel::prelude::*;
+
+/// Functions waiting to be armed ahead.
+const WANTED: usize = 256;
+/// The most functions one round of arming ahead adds (a callee closure is cut there).
+const AHEAD_BUDGET: usize = 256;
+/// How many levels of direct callees are armed ahead below a function first called in
+/// atomic context. Deeper calls are learned the same way on later runs.
+const AHEAD_DEPTH: u8 = 4;
+/// The most functions one round of arming ahead looks at (armed ones included).
+const AHEAD_WALK: usize = 4096;
+
+/// The work item's queues.
+pub(crate) struct Waits {
+    /// Tasks sent to the trampoline that have not left `fctrace_arm_pending` yet.
+    inflight: AtomicUsize,
+    /// Functions traced tasks wait in the trampoline for the work item to arm (0 = free
+    /// slot). A task claims a slot, the work item clears it when done.
+    requests: [AtomicU64; MAX_TASKS],
+    /// Functions called in atomic context before they were armed, for the work item to
+    /// arm ahead (0 = free slot). Written by handlers, drained by the work item.
+    wanted: [AtomicU64; WANTED],
+    wanted_next: AtomicUsize,
+    /// The work item is arming what it took from `wanted` (counted as pending).
+    ahead_busy: AtomicBool,
+}
+
+impl Waits {
+    pub(crate) fn new() -> Self {
+        Waits {
+            inflight: AtomicUsize::new(0),
+            requests: [const { AtomicU64::new(0) }; MAX_TASKS],
+            wanted: [const { AtomicU64::new(0) }; WANTED],
+            wanted_next: AtomicUsize::new(0),
+            ahead_busy: AtomicBool::new(false),
+        }
+    }
+
+    /// No task is in the trampoline.
+    pub(crate) fn none_inflight(&self) -> bool {
+        self.inflight.load(Ordering::Acquire) == 0
+    }
+
+    /// Drops what is queued for arming ahead (tracing stopped).
+    pub(crate) fn clear_wanted(&self) {
+        for w in &self.wanted {
+            w.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Tracer {
+    /// Whether the task may wait in the trampoline for a callee to be armed: it can sleep,
+    /// no wait timed out in this trace, and `arm_wait_ms` is not 0.
+    pub(crate) fn may_wait(&self, cur: &Cur, d: &TaskData) -> bool {
+        cur.sleepable && !d.wait.nowait && self.settings.arm_wait_ms.load(Ordering::Relaxed) != 0
+    }
+
+    /// Why a call to an unarmed function is a leaf: the task could not wait (atomic
+    /// context), or it was not to wait (`nowait`, `arm_wait_ms` 0), or it waited but
+    /// arming failed.
+    pub(crate) fn unarmed_reason(&self, cur: &Cur, d: &TaskData) -> Reason {
+        if !cur.sleepable {
+            Reason::Atomic
+        } else if !self.may_wait(cur, d) {
+            Reason::ArmTimeout
+        } else {
+            Reason::ArmFailed
+        }
+    }
+
+    /// Sends the task to the trampoline to arm `target`, then to run the instruction at
+    /// `addr` again: pushes `addr` as a return address (the int3 entry leaves a gap below
+    /// the interrupted stack for exactly this) and resumes at the trampoline.
+    pub(crate) fn redirect(
+        &self,
+        d: &mut TaskData,
+        regs: &mut bindings::pt_regs,
+        addr: u64,
+        target: u64,
+    ) {
+        d.wait.last_redirect = addr;
+        d.wait.pending = target;
+        self.waits.inflight.fetch_add(1, Ordering::AcqRel);
+        self.stats.redirects.fetch_add(1, Ordering::Relaxed);
+        let new_sp = regs.sp - 8;
+        // SAFETY: `new_sp` is the word just below the interrupted stack pointer, in the gap
+        // `asm_exc_int3` leaves for emulating a push (all our redirecting probes are int3
+        // probes); the task's stack is writable.
+        unsafe { *(new_sp as *mut u64) = addr };
+        regs.sp = new_sp;
+        // SAFETY: a C accessor of a constant address.
+        regs.ip = unsafe { bindings::fctrace_trampoline_addr() } as _;
+    }
+
+    /// `lossless`: sends the task to the trampoline to wait for the reader, then to make
+    /// the call at `addr` again (which may still need an arming redirect then).
+    pub(crate) fn redirect_throttle(
+        &self,
+        d: &mut TaskData,
+        regs: &mut bindings::pt_regs,
+        addr: u64,
+    ) {
+        d.wait.throttle = true;
+        d.wait.last_throttle = addr;
+        let last = d.wait.last_redirect;
+        self.redirect(d, regs, addr, 0);
+        d.wait.last_redirect = last;
+    }
+
+    /// `lossless`: whether a traced task about to add events should first wait for the
+    /// reader (the buffer of its CPU is more than half full and someone reads).
+    pub(crate) fn should_throttle(&self) -> bool {
+        self.settings.option(OptionName::Lossless)
+            && self.readers.load(Ordering::Relaxed) != 0
+            && self.buf.fill_permille(this_cpu()) > 500
+    }
+
+    /// `lossless`, in the trampoline (the task may sleep): waits until every sub-buffer is
+    /// at most a quarter full, the reader goes away, tracing stops, or a signal comes.
+    fn throttle_wait(&self) {
+        self.stats.lossless_waits.fetch_add(1, Ordering::Relaxed);
+        while self.active.load(Ordering::Acquire)
+            && self.settings.option(OptionName::Lossless)
+            && self.readers.load(Ordering::Relaxed) > 0
+            && self.buf.max_fill_permille() > 250
+        {
+            // SAFETY: sleeping is allowed in the trampoline (sleepable context, no locks).
+            if unsafe { bindings::fctrace_throttle_sleep(100) } != 0 {
+                break;
+            }
+        }
+    }
+
+    /// Queues the work item (from any context: through an irq_work).
+    pub(crate) fn kick_work(&self) {
+        // SAFETY: an NMI-safe C helper (raises an irq_work that queues the work item).
+        unsafe { bindings::fctrace_schedule_sync() };
+    }
+
+    /// Asks the work item to arm `target` (and its direct callees) ahead, so that the next
+    /// time it is called in atomic context it is followed. Safe in any context.
+    pub(crate) fn want(&self, target: u64) {
+        let w = &self.waits;
+        if w.wanted.iter().any(|x| x.load(Ordering::Relaxed) == target) {
+            return;
+        }
+        let i = w.wanted_next.fetch_add(1, Ordering::Relaxed) % WANTED;
+        w.wanted[i].store(target, Ordering::Release);
+        self.stats.ahead_queued.fetch_add(1, Ordering::Relaxed);
+        self.kick_work();
+    }
+
+    /// Functions queued for arming ahead and not armed yet, plus one while the work item
+    /// is arming a batch it took from the queue (for `stats`: 0 means arming ahead is
+    /// done; on a slow kernel a batch takes seconds).
+    pub(crate) fn ahead_pending(&self) -> usize {
+        let w = &self.waits;
+        w.wanted
+            .iter()
+            .filter(|x| x.load(Ordering::Relaxed) != 0)
+            .count()
+            + usize::from(w.ahead_busy.load(Ordering::Acquire))
+    }
+
+    /// Arms what handlers queued, with the closure of its direct callees (the calls it
+    /// makes will run in the same atomic context), up to `AHEAD_BUDGET` functions.
+    /// Called in the work item, without the mutex: it takes the mutex for one function at
+    /// a time, so that readers of `stats` and writers of control files wait for one
+    /// function's arming, not for a whole batch (minutes on the debug kernel under
+    /// emulation).
+    fn arm_ahead(&self) {
+        let mut todo: KVec<(u64, u8)> = KVec::new();
+        for w in &self.waits.wanted {
+            let t = w.swap(0, Ordering::AcqRel);
+            if t != 0 && todo.push((t, 0), GFP_KERNEL).is_err() {
+                return;
+            }
+        }
+        let mut armed = 0usize;
+        // Breadth first: the nearest callees are the likeliest to run next.
+        let mut next = 0;
+        while let Some(&(t, level)) = todo.get(next) {
+            next += 1;
+            let mut inner = self.lock();
+            // Tasks waiting in the trampoline go first.
+            self.serve_requests(&mut inner);
+            // Stop as soon as no traced process is left (its exit queued this work item
+            // again, which then ends tracing): on a slow kernel a batch takes seconds.
+            if armed >= AHEAD_BUDGET || !self.active.load(Ordering::Acquire) || !self.any_traced() {
+                break;
+            }
+            let f = match self.table.lookup(t) {
+                FuncState::Unknown => {
+                    if self.arm(&mut inner, t) != FuncState::Armed {
+                        continue;
+                    }
+                    armed += 1;
+                    self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
+                    // The function just armed is the last one.
+                    inner.funcs.last()
+                }
+                // Armed already (through the trampoline, or at the depth limit of an
+                // earlier round): its callees are not, necessarily, and run in the same
+                // atomic context; walk on through it.
+                FuncState::Armed if level < AHEAD_DEPTH => {
+                    self.armed_func(&mut inner, t).map(|f| &*f)
+                }
+                _ => continue,
+            };
+            if level >= AHEAD_DEPTH {
+                continue;
+            }
+            let Some(f) = f else { continue };
+            for s in f.sites.iter() {
+                let Some(callee) = s.data.kind.direct_callee() else {
+                    continue;
+                };
+                let st = self.table.lookup(callee);
+                let known = !matches!(st, FuncState::Unknown | FuncState::Armed);
+                if known || todo.iter().any(|&(c, _)| c == callee) {
+                    continue;
+                }
+                if todo.len() >= AHEAD_WALK || todo.push((callee, level + 1), GFP_KERNEL).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Called by the trampoline, in the traced task, which may sleep here.
+    fn arm_pending(&self) {
+        let (pid, _) = current_ids();
+        if let Some(slot) = self.slot(pid) {
+            let (target, throttle) = {
+                // SAFETY: we are thread `pid`; the reference ends with this block.
+                let d = unsafe { self.data(slot) };
+                d.wait.guard = true;
+                (d.wait.pending, core::mem::take(&mut d.wait.throttle))
+            };
+            let t0 = clock_ns();
+            if target != 0 && !self.wait_armed(target) {
+                // SAFETY: we are thread `pid`; the reference ends with this statement.
+                unsafe { self.data(slot) }.wait.nowait = true;
+            }
+            if throttle {
+                self.throttle_wait();
+            }
+            // SAFETY: we are thread `pid`; the reference ends with this block.
+            let d = unsafe { self.data(slot) };
+            d.wait.guard = false;
+            d.wait.pending = 0;
+            // Time spent arming is fctrace's, not the traced functions': leave it out of
+            // the durations of the frames that are open.
+            d.stack.exclude_time(clock_ns().saturating_sub(t0));
+        }
+        self.waits.inflight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// In the trampoline: has the work item arm `target` and waits until it is done, tracing
+    /// stops, a fatal signal comes, or `arm_wait_ms` pass (false: timed out).
+    ///
+    /// The task does not arm itself: arming takes `kprobe_mutex`, `cpu_hotplug_lock`,
+    /// `text_mutex` and allocates, and the task may hold any sleeping lock (`mmap_lock` in
+    /// a page fault, `pcpu_alloc_mutex` in `fork()`, ...) that something holding those
+    /// waits for. Waiting with a timeout cannot deadlock: at worst the call goes
+    /// unfollowed (`not followed: arming timed out`) and is armed later.
+    fn wait_armed(&self, target: u64) -> bool {
+        let Some(req) = self.waits.requests.iter().find(|r| {
+            r.compare_exchange(0, target, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        }) else {
+            // Not reached: one request per thread in a trace, and `MAX_TASKS` slots.
+            return true;
+        };
+        self.kick_work();
+        let wait_ns = u64::from(self.settings.arm_wait_ms.load(Ordering::Relaxed)) * 1_000_000;
+        let deadline = clock_ns() + wait_ns;
+        let done = loop {
+            // Read before the checks: a bump after them ends the sleep at once.
+            // SAFETY: a C accessor.
+            let seq = unsafe { bindings::fctrace_arm_seq() };
+            if req.load(Ordering::Acquire) != target || !self.active.load(Ordering::Acquire) {
+                break true;
+            }
+            let now = clock_ns();
+            if now >= deadline {
+                break false;
+            }
+            let ms = ((deadline - now) / 1_000_000).max(1) as u32;
+            // SAFETY: the task may sleep here (the trampoline, sleepable context).
+            if unsafe { bindings::fctrace_arm_sleep(seq, ms) } < 0 {
+                break true;
+            }
+        };
+        // Withdraw the request if the work item has not taken it (it clears only the
+        // value it read, so a request made meanwhile by another thread stays).
+        let _ = req.compare_exchange(target, 0, Ordering::AcqRel, Ordering::Relaxed);
+        done
+    }
+
+    /// In the work item: arms what tasks in the trampoline wait for, and wakes them.
+    pub(crate) fn serve_requests(&self, inner: &mut TracerInner) {
+        for req in &self.waits.requests {
+            let t = req.load(Ordering::Acquire);
+            if t == 0 {
+                continue;
+            }
+            if self.active.load(Ordering::Acquire) && self.table.lookup(t) == FuncState::Unknown {
+                self.arm(inner, t);
+            }
+            let _ = req.compare_exchange(t, 0, Ordering::AcqRel, Ordering::Relaxed);
+            wake_armed();
+        }
+    }
+
+    /// The work item: tracing ends when no traced process is left; otherwise tasks in the
+    /// trampoline are served and functions first called in atomic context armed ahead.
+    fn sync_work(&self) {
+        let mut inner = self.lock();
+        if !self.active.load(Ordering::Acquire) {
+            return;
+        }
+        self.serve_requests(&mut inner);
+        if !self.any_traced() {
+            self.deactivate(&mut inner);
+            return;
+        }
+        self.waits.ahead_busy.store(true, Ordering::Release);
+        drop(inner);
+        self.arm_ahead();
+        self.waits.ahead_busy.store(false, Ordering::Release);
+        let mut inner = self.lock();
+        if self.active.load(Ordering::Acquire) && !self.any_traced() {
+            self.deactivate(&mut inner);
+        }
+    }
+
+    /// Module unload, after tracing stopped: waits until no task is in the trampoline and
+    /// no work item can run.
+    pub(crate) fn wait_idle(&self) {
+        // No probe is registered any more, so no task enters the trampoline; wait for those
+        // still in it to leave `fctrace_arm_pending` (waiting ones saw `active` false when
+        // deactivate woke them), then for them to be off its last instructions (a task
+        // preempted there has not passed a voluntary switch).
+        while !self.waits.none_inflight() {
+            // SAFETY: sleeping in module exit is allowed.
+            unsafe { bindings::msleep(10) };
+        }
+        // Only now can nothing queue the work items any more (a task in the trampoline
+        // queues one for its request): cancel them, waiting for a running one to finish.
+        // SAFETY: a C wrapper, process context.
+        unsafe { bindings::fctrace_cancel_sync() };
+        // SAFETY: waits for an RCU-tasks grace period; callable from process context.
+        unsafe { bindings::synchronize_rcu_tasks() };
+    }
+}
+
+/// Wakes the tasks waiting in the trampoline (they check their requests).
+pub(crate) fn wake_armed() {
+    // SAFETY: a C wrapper of wake_up_all, process context.
+    unsafe { bindings::fctrace_arm_wake() };
+}
+
+/// Called by `fctrace_trampoline` (see trampoline.S).
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_arm_pending() {
+    if let Some(tr) = tracer() {
+        tr.arm_pending();
+    }
+}
+
+/// Called from the module's work item (see [`Tracer::sync_work`]).
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_sync_work() {
+    if let Some(tr) = tracer() {
+        tr.sync_work();
+    }
+}

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Kernel symbols: names of addresses (`sprint_symbol()`) and addresses of names
+//! (through kprobes, since `kallsyms_lookup_name()` is not exported).
+
+use crate::bindings;
+use crate::kprobe::Probe;
+use crate::parse::{self, SymbolInfo};
+use kernel::prelude::*;
+
+/// Size of a `sprint_symbol()` buffer (helpers.c asserts `KSYM_SYMBOL_LEN` fits).
+pub(crate) const KSYM_SYMBOL_LEN: usize = 1024;
+
+/// A buffer for symbol lookups, allocated once and reused: `sprint_symbol()` needs
+/// `KSYM_SYMBOL_LEN` bytes, too many for the stack of the paths that look symbols up.
+pub(crate) struct SymBuf(KBox<[u8; KSYM_SYMBOL_LEN]>);
+
+impl SymBuf {
+    pub(crate) fn new() -> Result<Self> {
+        Ok(SymBuf(KBox::new([0; KSYM_SYMBOL_LEN], GFP_KERNEL)?))
+    }
+
+    /// `sprint_symbol(addr)` parsed: name, offset, size, module.
+    pub(crate) fn lookup(&mut self, addr: u64) -> Option<SymbolInfo<'_>> {
+        // SAFETY: the buffer has `KSYM_SYMBOL_LEN` (>= the kernel's KSYM_SYMBOL_LEN) bytes
+        // for the NUL-terminated result.
+        let n = unsafe { bindings::sprint_symbol(self.0.as_mut_ptr(), addr as _) };
+        let text = self.0.get(..n.max(0) as usize)?;
+        parse::parse_sprint_symbol(core::str::from_utf8(text).ok()?)
+    }
+
+    /// The name of `addr` without offset (`vfs_read`, `foo [mod]`), or its address.
+    pub(crate) fn name(&mut self, addr: u64) -> &str {
+        // SAFETY: as in `lookup`.
+        let n = unsafe { bindings::sprint_symbol_no_offset(self.0.as_mut_ptr(), addr as _) };
+        let n = (n.max(0) as usize).min(KSYM_SYMBOL_LEN - 1);
+        core::str::from_utf8(&self.0[..n]).unwrap_or("?")
+    }
+}
+
+/// Looks up a function by name through kprobes: `(start address, probeable)`;
+/// `ENOENT` if there is no such symbol.
+pub(crate) fn resolve(name: &CStr) -> Result<(u64, bool)> {
+    let (ok, addr) = {
+        let mut p = core::pin::pin!(Probe::on_symbol(name, ()));
+        let ok = p.as_mut().register().is_ok();
+        (ok, p.addr())
+        // `p` is unregistered here, in place.
+    };
+    if addr == 0 {
+        return Err(ENOENT);
+    }
+    // The kernel moves a function-entry probe past `endbr64`; report the symbol start.
+    let mut buf = SymBuf::new()?;
+    let info = buf.lookup(addr).ok_or(ENOENT)?;
+    Ok((addr - info.offset, ok))
+}
+
+/// The start address of `name`, 0 if there is none.
+pub(crate) fn addr_of(name: &CStr) -> u64 {
+    resolve(name).map_or(0, |(a, _)| a)
+}
+
+/// Whether a probe can be placed at `addr` (registers one and removes it again).
+pub(crate) fn probeable(addr: u64) -> bool {
+    let mut p = core::pin::pin!(Probe::at(addr, ()));
+    p.as_mut().register().is_ok()
+}
