@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
 # fctrace overhead benchmark (run in the guest by `cargo xtask bench`).
 #
 # For each mode (none; fctrace; fctrace-nosched: fctrace with the scheduler hidden by the

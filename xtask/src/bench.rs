@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! `cargo xtask bench [--reps N] [--timeout SECS] [--smp N] [--mem MB]`: the overhead
 //! benchmark. Boots the guest with `scripts/guest/bench.sh`, which runs a busy process
 //! traced from `vfs_read` by fctrace, by fctrace with the scheduler hidden (filter
@@ -14,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::util::{bail, note, repo_root, Args, Result};
+use crate::util::{bail, note, repo_root, Result};
 use crate::vm::{self, VmOpts};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -44,7 +46,12 @@ pub struct Complete {
 
 fn fields(line: &str, tag: &str) -> Option<BTreeMap<String, String>> {
     let rest = line.trim_start().strip_prefix(tag)?.strip_prefix(' ')?;
-    Some(rest.split_whitespace().filter_map(|t| t.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    Some(
+        rest.split_whitespace()
+            .filter_map(|t| t.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
 }
 
 /// Parses `BENCH mode=.. rep=.. other_ns=.. pingpong_ns=.. stat_ns=.. traced_ns=.. ops=..`
@@ -52,14 +59,26 @@ fn fields(line: &str, tag: &str) -> Option<BTreeMap<String, String>> {
 pub fn parse(console: &str) -> Vec<Sample> {
     let mut out = Vec::new();
     for line in console.lines() {
-        let Some(kv) = fields(line, "BENCH") else { continue };
-        let num = |k: &str| kv.get(k).and_then(|v| v.parse::<f64>().ok());
-        let (Some(mode), Some(o), Some(p), Some(st), Some(t)) =
-            (kv.get("mode"), num("other_ns"), num("pingpong_ns"), num("stat_ns"), num("traced_ns"))
-        else {
+        let Some(kv) = fields(line, "BENCH") else {
             continue;
         };
-        out.push(Sample { mode: mode.clone(), other_ns: o, pingpong_ns: p, stat_ns: st, traced_ns: t });
+        let num = |k: &str| kv.get(k).and_then(|v| v.parse::<f64>().ok());
+        let (Some(mode), Some(o), Some(p), Some(st), Some(t)) = (
+            kv.get("mode"),
+            num("other_ns"),
+            num("pingpong_ns"),
+            num("stat_ns"),
+            num("traced_ns"),
+        ) else {
+            continue;
+        };
+        out.push(Sample {
+            mode: mode.clone(),
+            other_ns: o,
+            pingpong_ns: p,
+            stat_ns: st,
+            traced_ns: t,
+        });
     }
     out
 }
@@ -68,12 +87,21 @@ pub fn parse(console: &str) -> Vec<Sample> {
 pub fn parse_complete(console: &str) -> Vec<Complete> {
     let mut out = Vec::new();
     for line in console.lines() {
-        let Some(kv) = fields(line, "BENCHC") else { continue };
-        let int = |k: &str| kv.get(k).and_then(|v| v.parse::<u64>().ok());
-        let (Some(mode), Some(calls), Some(roots), Some(lost)) = (kv.get("mode"), int("calls"), int("roots"), int("lost")) else {
+        let Some(kv) = fields(line, "BENCHC") else {
             continue;
         };
-        out.push(Complete { mode: mode.clone(), calls, roots, lost });
+        let int = |k: &str| kv.get(k).and_then(|v| v.parse::<u64>().ok());
+        let (Some(mode), Some(calls), Some(roots), Some(lost)) =
+            (kv.get("mode"), int("calls"), int("roots"), int("lost"))
+        else {
+            continue;
+        };
+        out.push(Complete {
+            mode: mode.clone(),
+            calls,
+            roots,
+            lost,
+        });
     }
     out
 }
@@ -119,14 +147,26 @@ pub struct Row {
 
 /// One row per tracing mode, against the `none` runs.
 pub fn summarize(samples: &[Sample], complete: &[Complete]) -> Result<Vec<Row>> {
-    let of = |m: &str| samples.iter().filter(|s| s.mode == m).cloned().collect::<Vec<_>>();
+    let of = |m: &str| {
+        samples
+            .iter()
+            .filter(|s| s.mode == m)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
     let none = of("none");
     if none.is_empty() {
         bail!("no untraced (mode=none) runs in the benchmark output");
     }
     let col = |s: &[Sample], f: fn(&Sample) -> f64| s.iter().map(f).collect::<Vec<f64>>();
     let mut rows = Vec::new();
-    for m in ["none", "fctrace", "fctrace-nosched", "fctrace-lean", "ftrace"] {
+    for m in [
+        "none",
+        "fctrace",
+        "fctrace-nosched",
+        "fctrace-lean",
+        "ftrace",
+    ] {
         let s = of(m);
         if s.is_empty() {
             continue;
@@ -153,7 +193,14 @@ pub fn table(rows: &[Row]) -> String {
     let _ = writeln!(
         t,
         "{:<15} {:>4}  {:>24}  {:>24}  {:>24}  {:>24}  {:>10}  {:>7}",
-        "tracer", "reps", "other: same code", "other: pipe ping-pong", "other: stat()", "traced task", "calls/read", "lost"
+        "tracer",
+        "reps",
+        "other: same code",
+        "other: pipe ping-pong",
+        "other: stat()",
+        "traced task",
+        "calls/read",
+        "lost"
     );
     let cell = |r: &Ratio| format!("{:.3} [{:.3}-{:.3}]", r.mean, r.min, r.max);
     for r in rows {
@@ -174,15 +221,29 @@ pub fn table(rows: &[Row]) -> String {
             lost
         );
     }
-    let _ = writeln!(t, "(times as multiples of the untraced run: mean [min-max] over the repetitions;");
-    let _ = writeln!(t, " calls/read and lost: a separate run of 300 traced reads; fctrace-nosched: the filter");
-    let _ = writeln!(t, " '!__schedule' hides the scheduler, which is then never armed; fctrace-lean: that and");
+    let _ = writeln!(
+        t,
+        "(times as multiples of the untraced run: mean [min-max] over the repetitions;"
+    );
+    let _ = writeln!(
+        t,
+        " calls/read and lost: a separate run of 300 traced reads; fctrace-nosched: the filter"
+    );
+    let _ = writeln!(
+        t,
+        " '!__schedule' hides the scheduler, which is then never armed; fctrace-lean: that and"
+    );
     let _ = writeln!(t, " disarm_after 1)");
     t
 }
 
 pub fn json(rows: &[Row]) -> String {
-    let ratio = |r: &Ratio| format!("{{\"mean\": {:.4}, \"min\": {:.4}, \"max\": {:.4}}}", r.mean, r.min, r.max);
+    let ratio = |r: &Ratio| {
+        format!(
+            "{{\"mean\": {:.4}, \"min\": {:.4}, \"max\": {:.4}}}",
+            r.mean, r.min, r.max
+        )
+    };
     let items: Vec<String> = rows
         .iter()
         .map(|r| {
@@ -202,11 +263,18 @@ pub fn json(rows: &[Row]) -> String {
     )
 }
 
-pub fn cmd(mut args: Args) -> Result<i32> {
-    let reps = args.opt("--reps")?.unwrap_or_else(|| "3".into());
-    let opts = VmOpts::from_args(&mut args)?;
-    args.finish()?;
-    let reps: u32 = reps.parse().map_err(|_| format!("--reps {reps}: not a number"))?;
+/// `cargo xtask bench`.
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Repetitions of each measurement
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub reps: u32,
+    #[command(flatten)]
+    pub vm: VmOpts,
+}
+
+pub fn cmd(args: BenchArgs) -> Result<i32> {
+    let BenchArgs { reps, vm: opts } = args;
     // The guest script reads REPS from its first line; pass it through a wrapper script.
     let dir = tempfile::tempdir()?;
     let wrapper = dir.path().join("bench-run.sh");
@@ -277,6 +345,10 @@ BENCH done
 
     #[test]
     fn no_baseline_is_an_error() {
-        assert!(summarize(&parse("BENCH mode=fctrace rep=1 other_ns=1 pingpong_ns=1 stat_ns=1 traced_ns=1"), &[]).is_err());
+        assert!(summarize(
+            &parse("BENCH mode=fctrace rep=1 other_ns=1 pingpong_ns=1 stat_ns=1 traced_ns=1"),
+            &[]
+        )
+        .is_err());
     }
 }

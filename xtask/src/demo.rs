@@ -1,7 +1,9 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! `cargo xtask demo [--timeout SECS] [--smp N] [--mem MB]`: build everything
 //! and boot the guest with `scripts/guest/demo.sh` as the script.
 
-use crate::util::{note, repo_root, Args, Result};
+use crate::util::{note, repo_root, Result};
 use crate::vm::{self, VmOpts};
 
 const PLACEHOLDER: &str = "#!/bin/sh
@@ -9,9 +11,7 @@ const PLACEHOLDER: &str = "#!/bin/sh
 ls /sys/kernel/fctrace
 ";
 
-pub fn cmd(mut args: Args) -> Result<i32> {
-    let opts = VmOpts::from_args(&mut args)?;
-    args.finish()?;
+pub fn cmd(opts: VmOpts) -> Result<i32> {
     let demo = repo_root().join("scripts/guest/demo.sh");
     if !demo.exists() {
         note(format!(

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! `cargo xtask initramfs`: build `target/fctrace/initramfs.cpio.gz`.
 //!
 //! Contents:
@@ -5,7 +7,9 @@
 //! - `/init` = `scripts/guest/init`, `/scripts/*` = `scripts/guest/*`
 //! - `/lib/modules/fctrace.ko` (when built)
 //! - `/selftests` = `selftests/`
-//! - `/bin/<name>` for every `selftests/workloads/<name>.c` (gcc -static)
+//! - `/bin/<name>` for every `selftests/workloads/<name>.c`, built static for the guest's
+//!   target with the compiler the `cc` crate picks for it (`gcc -static -O2 -pthread`
+//!   here) into `target/fctrace/workloads/<name>`
 //! - `/run-script`: the script given to `vm --script` (if any); the kernel
 //!   command line then names it with `fctrace.script=/run-script`.
 //!
@@ -18,16 +22,15 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use xshell::cmd;
-
-use crate::util::{bail, note, out_dir, repo_root, shell, Args, Result};
+use crate::util::{bail, echo, note, out_dir, repo_root, Result};
 
 pub const BUSYBOX: &str = "/bin/busybox";
 /// Where `vm --script FILE` puts FILE inside the guest.
 pub const GUEST_SCRIPT: &str = "/run-script";
+/// The guest's target, for the programs built for it.
+const GUEST_TARGET: &str = "x86_64-unknown-linux-gnu";
 
-pub fn cmd(args: Args) -> Result<i32> {
-    args.finish()?;
+pub fn cmd() -> Result<i32> {
     crate::setup::ensure()?;
     let ko = crate::module::ko_path();
     let ko = ko.exists().then_some(ko);
@@ -86,13 +89,10 @@ pub fn build(ko: Option<&Path>, script: Option<&Path>) -> Result<PathBuf> {
         fs::read(BUSYBOX).map_err(|e| format!("{BUSYBOX}: {e}"))?,
         0o755,
     );
-    let list = std::process::Command::new(BUSYBOX)
-        .arg("--list-full")
-        .output()?;
-    if !list.status.success() {
-        bail!("{BUSYBOX} --list-full failed");
-    }
-    for applet in String::from_utf8_lossy(&list.stdout).lines() {
+    let list = duct::cmd!(BUSYBOX, "--list-full")
+        .read()
+        .map_err(|e| format!("{BUSYBOX} --list-full failed: {e}"))?;
+    for applet in list.lines() {
         let applet = applet.trim().trim_start_matches('/');
         if applet.is_empty() || applet == "bin/busybox" || !applet.contains('/') {
             continue; // e.g. "linuxrc"
@@ -135,8 +135,7 @@ pub fn build(ko: Option<&Path>, script: Option<&Path>) -> Result<PathBuf> {
     let path = initramfs_path();
     let raw = out.join("initramfs.cpio");
     fs::write(&raw, cpio.finish())?;
-    let sh = shell()?;
-    cmd!(sh, "gzip -n -f -6 {raw}").quiet().run()?;
+    duct::cmd!("gzip", "-n", "-f", "-6", &raw).run()?;
     note(format!(
         "initramfs: {} ({} entries)",
         path.display(),
@@ -145,34 +144,63 @@ pub fn build(ko: Option<&Path>, script: Option<&Path>) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Compile `dir/*.c` statically (only when the source is newer than the
-/// binary); returns (name, binary) pairs.
+/// Build every `dir/*.c` with [`build_workload`]; returns (name, binary) pairs.
 fn build_workloads(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
-    let mut res = Vec::new();
     let Ok(rd) = fs::read_dir(dir) else {
-        return Ok(res);
+        return Ok(Vec::new());
     };
     let mut sources: Vec<PathBuf> = rd
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "c"))
         .collect();
     sources.sort();
-    if sources.is_empty() {
-        return Ok(res);
-    }
     let bindir = out_dir().join("workloads");
-    fs::create_dir_all(&bindir)?;
-    let sh = shell()?;
-    for src in sources {
-        let name = src.file_stem().unwrap().to_string_lossy().into_owned();
-        let bin = bindir.join(&name);
-        let mtime = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
-        if mtime(&bin).is_none() || mtime(&bin) < mtime(&src) {
-            cmd!(sh, "gcc -static -O2 -pthread -o {bin} {src}").run()?;
-        }
-        res.push((name, bin));
+    if !sources.is_empty() {
+        fs::create_dir_all(&bindir)?;
     }
-    Ok(res)
+    sources
+        .iter()
+        .map(|src| {
+            let name = src.file_stem().unwrap().to_string_lossy().into_owned();
+            Ok((name, build_workload(src, &bindir)?))
+        })
+        .collect()
+}
+
+/// Compile the C program `src` into a static `bindir/<name>` for the guest (unless the
+/// binary is newer than the source). `cc::Build` picks and sets up the compiler for
+/// [`GUEST_TARGET`] (`$CC`, else `cc` on an x86_64 host, a cross gcc on others), which
+/// also links, with `-static`.
+pub fn build_workload(src: &Path, bindir: &Path) -> Result<PathBuf> {
+    let bin = bindir.join(src.file_stem().ok_or("no file name")?);
+    let mtime = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
+    if mtime(&bin).is_some() && mtime(&bin) >= mtime(src) {
+        return Ok(bin);
+    }
+    let compiler = cc::Build::new()
+        .target(GUEST_TARGET)
+        .host(&format!("{}-unknown-linux-gnu", std::env::consts::ARCH))
+        .opt_level(2)
+        .out_dir(bindir)
+        .cargo_metadata(false)
+        // cc's defaults add -fPIC (not wanted in a static binary), -Wall and -Wextra (the
+        // workloads are kept clean for -Wall only).
+        .pic(false)
+        .extra_warnings(false)
+        .debug(false)
+        .flag("-pthread")
+        .try_get_compiler()?;
+    // cc hands over a std `Command` (the compiler with its environment): run that.
+    let mut c = compiler.to_command();
+    c.arg("-static").arg("-o").arg(&bin).arg(src);
+    echo(&mut c)?;
+    let status = c
+        .status()
+        .map_err(|e| format!("{}: {e}", compiler.path().display()))?;
+    if !status.success() {
+        bail!("compiling {} failed ({status})", src.display());
+    }
+    Ok(bin)
 }
 
 enum Entry {
@@ -289,6 +317,30 @@ fn pad4(out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn builds_a_static_workload() {
+        let src = repo_root().join("selftests/workloads/fct_cat.c");
+        let has_cc = std::process::Command::new("gcc")
+            .arg("--version")
+            .output()
+            .is_ok();
+        if !has_cc || !src.exists() {
+            eprintln!("skipped: needs gcc and {}", src.display());
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let bin = build_workload(&src, dir.path()).unwrap();
+        assert_eq!(bin, dir.path().join("fct_cat"));
+        let elf = fs::read(&bin).unwrap();
+        assert!(elf.starts_with(b"\x7fELF"));
+        // e_type ET_EXEC: linked statically (a dynamic executable would be PIE, ET_DYN)
+        assert_eq!(u16::from_le_bytes([elf[16], elf[17]]), 2);
+        // up to date now: not built again
+        let built = fs::metadata(&bin).unwrap().modified().unwrap();
+        build_workload(&src, dir.path()).unwrap();
+        assert_eq!(fs::metadata(&bin).unwrap().modified().unwrap(), built);
+    }
 
     #[test]
     fn cpio_layout() {

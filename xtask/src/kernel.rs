@@ -1,4 +1,6 @@
-//! `cargo xtask kernel [--force]`: configure and build the test kernel.
+// SPDX-License-Identifier: GPL-2.0
+
+//! `cargo xtask kernel [--force] [--debug]`: configure and build the test kernel.
 //!
 //! Layout (R = `${XDG_CACHE_HOME:-$HOME/.cache}/fctrace`):
 //! - `R/src/linux-source-6.12`: unpacked `/usr/src/linux-source-6.12.tar.xz`
@@ -10,14 +12,11 @@
 //! default flavour is `scripts/kernel-fragment.config` alone. (A debug flavour
 //! would append e.g. `scripts/kernel-debug.config`, getting its own key.)
 
+use std::ffi::OsString;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
-use xshell::{cmd, Shell};
-
-use crate::util::{bail, cache_root, note, nproc, repo_root, shell, Args, Result};
+use crate::util::{bail, cache_root, echo, note, nproc, repo_root, Result};
 
 const TARBALL: &str = "/usr/src/linux-source-6.12.tar.xz";
 const SRC_NAME: &str = "linux-source-6.12";
@@ -28,12 +27,21 @@ const MAY_BE_MISSING: &[(&str, &str)] = &[(
     "clang 14 lacks -mfunction-return=thunk-extern, so the kernel cannot enable it",
 )];
 
-pub fn cmd(mut args: Args) -> Result<i32> {
-    set_debug(args.flag("--debug"));
-    let force = args.flag("--force");
-    args.finish()?;
+/// `cargo xtask kernel`.
+#[derive(clap::Args)]
+pub struct KernelArgs {
+    /// Re-run every step (configure and build from scratch)
+    #[arg(long)]
+    pub force: bool,
+    /// Build the debug kernel (adds scripts/kernel-debug.config)
+    #[arg(long)]
+    pub debug: bool,
+}
+
+pub fn cmd(args: KernelArgs) -> Result<i32> {
+    set_debug(args.debug);
     crate::setup::ensure()?;
-    let kdir = build(&default_fragments(), force)?;
+    let kdir = build(&default_fragments(), args.force)?;
     println!("{}", kdir.display());
     Ok(0)
 }
@@ -62,8 +70,7 @@ pub fn kdir() -> Result<PathBuf> {
 
 /// Ensure the kernel for `fragments` is built; return its build directory.
 pub fn build(fragments: &[PathBuf], force: bool) -> Result<PathBuf> {
-    let sh = shell()?;
-    let src = ensure_source(&sh)?;
+    let src = ensure_source()?;
     let version = source_version(&src)?;
     let key = fragment_key(fragments)?;
     let out = cache_root().join(format!("build-{version}-{key}"));
@@ -90,27 +97,34 @@ pub fn build(fragments: &[PathBuf], force: bool) -> Result<PathBuf> {
     }
     let _ = fs::remove_file(&stamp);
 
-    sh.change_dir(&src);
     let o = format!("O={}", out.display());
     let make_args = [o.as_str(), "LLVM=1", "ARCH=x86_64"];
+    let make = |targets: &[&str]| {
+        duct::cmd("make", make_args.iter().chain(targets))
+            .dir(&src)
+            .before_spawn(echo)
+    };
     let config = out.join(".config");
     // An existing .config that already satisfies the fragments is reused
     // (resuming an interrupted build); otherwise (re)configure from scratch.
     if force || !config.exists() || !check_config(&config, fragments, false)? {
-        cmd!(sh, "make {make_args...} tinyconfig").run()?;
-        let mut merge = vec![out.join(".config")];
-        merge.extend(fragments.iter().cloned());
-        let out_s = out.display().to_string();
-        cmd!(
-            sh,
-            "scripts/kconfig/merge_config.sh -m -O {out_s} {merge...}"
-        )
-        .run()?;
-        cmd!(sh, "make {make_args...} olddefconfig").run()?;
+        make(&["tinyconfig"]).run()?;
+        let mut merge: Vec<OsString> = vec![
+            "-m".into(),
+            "-O".into(),
+            out.clone().into(),
+            config.clone().into(),
+        ];
+        merge.extend(fragments.iter().map(Into::into));
+        duct::cmd(src.join("scripts/kconfig/merge_config.sh"), merge)
+            .dir(&src)
+            .before_spawn(echo)
+            .run()?;
+        make(&["olddefconfig"]).run()?;
         if !check_config(&config, fragments, true)? {
             if !config_has(&config, "CONFIG_RUST", "y")? {
                 note("CONFIG_RUST is not enabled; `make rustavailable` says:");
-                let _ = cmd!(sh, "make {make_args...} rustavailable").run();
+                let _ = make(&["rustavailable"]).run();
             }
             bail!(
                 "kernel configuration {} lacks options requested by the fragment(s) (see above)",
@@ -126,7 +140,7 @@ pub fn build(fragments: &[PathBuf], force: bool) -> Result<PathBuf> {
         "building kernel {version} in {} (several minutes)",
         out.display()
     ));
-    cmd!(sh, "make {jobs} {make_args...} bzImage modules").run()?;
+    make(&[&jobs, "bzImage", "modules"]).run()?;
     if !bzimage.exists() {
         bail!("make succeeded but {} is missing", bzimage.display());
     }
@@ -138,7 +152,7 @@ pub fn build(fragments: &[PathBuf], force: bool) -> Result<PathBuf> {
 /// Unpack the Debian kernel source into the cache if it is not there yet.
 /// Unpacking goes to a temporary directory first, so a present directory is
 /// always complete.
-fn ensure_source(sh: &Shell) -> Result<PathBuf> {
+fn ensure_source() -> Result<PathBuf> {
     let src_root = cache_root().join("src");
     let src = src_root.join(SRC_NAME);
     if src.join("Makefile").exists() {
@@ -155,7 +169,9 @@ fn ensure_source(sh: &Shell) -> Result<PathBuf> {
         .tempdir_in(&src_root)?;
     let tmp_path = tmp.path().to_path_buf();
     note(format!("unpacking {TARBALL} into {}", src_root.display()));
-    cmd!(sh, "tar -C {tmp_path} -xf {TARBALL}").run()?;
+    duct::cmd!("tar", "-C", &tmp_path, "-xf", TARBALL)
+        .before_spawn(echo)
+        .run()?;
     let unpacked = tmp_path.join(SRC_NAME);
     if !unpacked.join("Makefile").exists() {
         bail!("{TARBALL} did not contain {SRC_NAME}/Makefile");
@@ -195,16 +211,12 @@ pub fn fragment_key(fragments: &[PathBuf]) -> Result<String> {
     for f in fragments {
         data.extend(fs::read(f).map_err(|e| format!("{}: {e}", f.display()))?);
     }
-    let mut child = Command::new("sha256sum")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
+    let hex = duct::cmd!("sha256sum")
+        .stdin_bytes(data)
+        .read()
         .map_err(|e| format!("sha256sum: {e}"))?;
-    child.stdin.take().unwrap().write_all(&data)?;
-    let out = child.wait_with_output()?;
-    let hex = String::from_utf8_lossy(&out.stdout);
     let hex = hex.split_whitespace().next().unwrap_or("");
-    if !out.status.success() || hex.len() < 12 {
+    if hex.len() < 12 {
         bail!("sha256sum failed");
     }
     Ok(hex[..12].to_string())
@@ -254,4 +266,19 @@ fn check_config(config: &Path, fragments: &[PathBuf], report: bool) -> Result<bo
         ok = false;
     }
     Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragment_key_is_the_sha256_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        fs::write(&a, "ab").unwrap();
+        fs::write(&b, "c").unwrap();
+        // sha256("abc")
+        assert_eq!(fragment_key(&[a, b]).unwrap(), "ba7816bf8f01");
+    }
 }

@@ -1,59 +1,92 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! `cargo xtask`: build and test tooling for fctrace.
 //!
-//! Every command prints the commands it runs, never prompts and is
-//! idempotent. Everything that loads the module runs inside a QEMU guest;
-//! nothing is ever loaded into the host kernel.
+//! The commands and their flags are declared once, below, with clap; each command's
+//! module has its typed flags struct and a `cmd` function. Child processes run through
+//! duct. Every command prints the commands it runs, never prompts and is idempotent.
+//! Everything that loads the module runs inside a QEMU guest; nothing is ever loaded into
+//! the host kernel.
+//!
+//! `cargo test -p xtask` also runs the tidy checks (`tidy.rs`): documentation, defaults
+//! and SPDX lines that must agree with the sources.
 
 mod bench;
 mod demo;
+mod fmt;
 mod initramfs;
 mod kernel;
 mod module;
 mod scan;
 mod setup;
 mod test;
+#[cfg(test)]
+mod tidy;
 mod util;
 mod vm;
 
-use util::{Args, Result};
+use clap::{CommandFactory, Parser, Subcommand};
 
-const HELP: &str = "\
-cargo xtask <command> [options]
+/// Build and test tooling for fctrace (every command prints the commands it runs)
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    args_override_self = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
 
-Commands:
-  setup                 install missing build dependencies (apt packages,
-                        rust-src, bindgen-cli 0.73.0); a no-op when complete
-  kernel [--force]      configure and build the test kernel into
-                        ${XDG_CACHE_HOME:-~/.cache}/fctrace/build-<version>-<key>;
-                        prints the build directory. --force re-runs all steps
-  module                build rust-kmod/fctrace.ko against that kernel
-  initramfs             build target/fctrace/initramfs.cpio.gz
-  vm [--script FILE] [--timeout SECS] [--smp N] [--mem MB]
-                        boot the test kernel in QEMU (TCG). Interactive shell
-                        without --script; with --script, run FILE in the guest,
-                        stream the console (also target/fctrace/console.log)
-                        and exit with the script's exit status
-  test [PATTERN] [--debug] [--jobs N] [--timeout SECS] [--test-timeout SECS] [--budget SECS]
-                        host `cargo test --workspace`, then the in-guest
-                        selftests (selftests/fctracetest [PATTERN]); --debug on
-                        the debug kernel, --jobs N in N guests side by side,
-                        --budget: stop after SECS in all, tests not reached
-                        by then count as skipped (CI's debug run)
-  demo                  boot the guest and run scripts/guest/demo.sh
-  bench [--reps N]      overhead of fctrace vs ftrace function_graph vs none (JSON in target/fctrace)
-";
+#[derive(Subcommand)]
+enum Command {
+    /// Install missing build dependencies (apt packages, rust-src, bindgen-cli 0.73.0);
+    /// a no-op when complete
+    Setup,
+    /// Configure and build the test kernel; prints its build directory
+    ///
+    /// The build directory is ${XDG_CACHE_HOME:-~/.cache}/fctrace/build-<version>-<key>.
+    Kernel(kernel::KernelArgs),
+    /// Build rust-kmod/fctrace.ko against the test kernel
+    Module,
+    /// Build target/fctrace/initramfs.cpio.gz
+    Initramfs,
+    /// Boot the test kernel in QEMU (TCG)
+    ///
+    /// An interactive shell without --script; with --script, run FILE in the guest,
+    /// stream the console (also to target/fctrace/console.log) and exit with the
+    /// script's exit status.
+    Vm(vm::VmArgs),
+    /// Host `cargo test --workspace`, then the selftests in the guest
+    ///
+    /// First checks formatting (as `cargo xtask fmt --check`), then runs the host tests,
+    /// then selftests/fctracetest [PATTERN] in the guest; --debug on the debug kernel,
+    /// --jobs N in N guests side by side, --budget: stop after SECS in all, tests not
+    /// reached by then count as skipped (CI's debug run). With --debug, --timeout
+    /// defaults to 8 times as long.
+    Test(test::TestArgs),
+    /// Boot the guest and run scripts/guest/demo.sh
+    Demo(vm::VmOpts),
+    /// Overhead of fctrace vs ftrace function_graph vs none (JSON in target/fctrace)
+    Bench(bench::BenchArgs),
+    /// Format the workspace crates, xtask and the kernel module with rustfmt
+    Fmt(fmt::FmtArgs),
+}
 
 fn main() {
     util::ensure_cargo_bin_on_path();
-    let mut argv = std::env::args_os().skip(1);
-    let cmd = argv.next().map(|c| c.to_string_lossy().into_owned());
-    let rest: Vec<_> = argv.collect();
-    let result = match cmd.as_deref() {
-        None | Some("help" | "-h" | "--help") => {
-            print!("{HELP}");
-            Ok(0)
-        }
-        Some(name) => Args::new(rest).and_then(|args| dispatch(name, args)),
+    let result = match Cli::parse().command {
+        None => Cli::command().print_help().map(|()| 0).map_err(Into::into),
+        Some(Command::Setup) => setup::cmd(),
+        Some(Command::Kernel(args)) => kernel::cmd(args),
+        Some(Command::Module) => module::cmd(),
+        Some(Command::Initramfs) => initramfs::cmd(),
+        Some(Command::Vm(args)) => vm::cmd(args),
+        Some(Command::Test(args)) => test::cmd(args),
+        Some(Command::Demo(opts)) => demo::cmd(opts),
+        Some(Command::Bench(args)) => bench::cmd(args),
+        Some(Command::Fmt(args)) => fmt::cmd(args),
     };
     match result {
         Ok(code) => std::process::exit(code),
@@ -64,17 +97,23 @@ fn main() {
     }
 }
 
-/// Runs one command; returns the process exit code.
-fn dispatch(name: &str, args: Args) -> Result<i32> {
-    match name {
-        "setup" => setup::cmd(args),
-        "kernel" => kernel::cmd(args),
-        "module" => module::cmd(args),
-        "initramfs" => initramfs::cmd(args),
-        "vm" => vm::cmd(args),
-        "test" => test::cmd(args),
-        "demo" => demo::cmd(args),
-        "bench" => bench::cmd(args),
-        _ => Err(format!("unknown command `{name}`\n\n{HELP}").into()),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli() {
+        Cli::command().debug_assert();
+        let Some(Command::Test(t)) = Cli::parse_from(["xtask", "test"]).command else {
+            panic!("not `test`")
+        };
+        assert_eq!(t.vm.timeout.as_secs(), vm::DEFAULT_TIMEOUT);
+        // the last of a repeated option wins
+        let Some(Command::Bench(b)) =
+            Cli::parse_from(["xtask", "bench", "--reps", "1", "--reps=2", "--smp", "4"]).command
+        else {
+            panic!("not `bench`")
+        };
+        assert_eq!((b.reps, b.vm.smp, b.vm.mem), (2, 4, 1024));
     }
 }

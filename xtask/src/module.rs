@@ -1,14 +1,13 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! `cargo xtask module`: build `rust-kmod/fctrace.ko` against the test kernel
 //! by invoking Kbuild directly (`make -C <KDIR> LLVM=1 M=<repo>/rust-kmod`).
 
 use std::path::{Path, PathBuf};
 
-use xshell::cmd;
+use crate::util::{bail, echo, note, repo_root, Result};
 
-use crate::util::{bail, note, repo_root, shell, Args, Result};
-
-pub fn cmd(args: Args) -> Result<i32> {
-    args.finish()?;
+pub fn cmd() -> Result<i32> {
     crate::setup::ensure()?;
     let kdir = crate::kernel::kdir()?;
     let ko = build(&kdir)?;
@@ -34,15 +33,17 @@ pub fn build(kdir: &Path) -> Result<PathBuf> {
             dir.display()
         );
     }
-    let sh = shell()?;
     let m = format!("M={}", dir.display());
     let ko = ko_path();
     let before = std::fs::metadata(&ko).and_then(|m| m.modified()).ok();
     // CLIPPY=1: Kbuild compiles the Rust code with clippy-driver and the kernel's lint
     // set (SAFETY comments on every unsafe block, ...); any Rust warning fails the build.
-    let out = cmd!(sh, "make -C {kdir} LLVM=1 ARCH=x86_64 CLIPPY=1 {m}")
-        .ignore_status()
-        .output()
+    let out = duct::cmd!("make", "-C", kdir, "LLVM=1", "ARCH=x86_64", "CLIPPY=1", m)
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .before_spawn(echo)
+        .run()
         .map_err(|e| format!("module build failed to start: {e}"))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -51,7 +52,11 @@ pub fn build(kdir: &Path) -> Result<PathBuf> {
     if !out.status.success() {
         bail!("module build failed ({})", out.status);
     }
-    let warnings = stderr.lines().chain(stdout.lines()).filter(|l| l.starts_with("warning:")).count();
+    let warnings = stderr
+        .lines()
+        .chain(stdout.lines())
+        .filter(|l| l.starts_with("warning:"))
+        .count();
     if warnings > 0 {
         bail!("module build produced {warnings} Rust warning(s) (see above); fix them");
     }

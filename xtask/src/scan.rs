@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! Console scanning: find kernel problem reports (oops, BUG, WARNING, panic,
 //! lockdep, KASAN/UBSAN, kmemleak, RCU stalls, ...) in a guest console log.
 //!
@@ -331,7 +333,10 @@ ok 4 filter/more.tc: more
             vec![
                 ("Call Trace:", true),
                 ("Call Trace:", true),
-                ("BUG: sleeping function called from invalid context at mm/slub.c:4119", false),
+                (
+                    "BUG: sleeping function called from invalid context at mm/slub.c:4119",
+                    false
+                ),
                 ("Call Trace:", false),
             ],
             "{r:#?}"

@@ -1,13 +1,12 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! `cargo xtask setup`: install whatever build dependency is missing.
 //! Cheap when everything is present (one dpkg-query, one rustc, one bindgen
 //! call), so every other command runs it first.
 
 use std::path::Path;
-use std::process::Command;
 
-use xshell::cmd;
-
-use crate::util::{bail, note, shell, Args, Result};
+use crate::util::{bail, echo, note, Result};
 
 /// Debian packages needed to build the kernel/module and run the guest.
 pub const APT_PACKAGES: &[&str] = &[
@@ -35,31 +34,38 @@ pub const APT_PACKAGES: &[&str] = &[
 
 pub const BINDGEN_VERSION: &str = "0.73.0";
 
-pub fn cmd(args: Args) -> Result<i32> {
-    args.finish()?;
+pub fn cmd() -> Result<i32> {
     ensure()?;
     Ok(0)
 }
 
 /// Install what is missing; quiet (one line) when nothing is.
 pub fn ensure() -> Result<()> {
-    let sh = shell()?;
     let mut did = false;
 
     let missing = missing_apt_packages()?;
     if !missing.is_empty() {
         did = true;
         note(format!("missing Debian packages: {}", missing.join(" ")));
-        let root = is_root();
         // `env VAR=...` so the variable survives sudo.
-        let (prog, pre): (&str, &[&str]) = if root {
-            ("env", &[])
+        let sudo: &[&str] = if is_root() {
+            &["env"]
         } else {
-            ("sudo", &["env"])
+            &["sudo", "env"]
         };
-        cmd!(sh, "{prog} {pre...} apt-get update").run()?;
-        cmd!(sh, "{prog} {pre...} DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {missing...}")
-            .run()?;
+        let apt = |args: &[&str]| {
+            let argv = [sudo, args].concat();
+            duct::cmd(argv[0], &argv[1..]).before_spawn(echo)
+        };
+        apt(&["apt-get", "update"]).run()?;
+        let install = [
+            "DEBIAN_FRONTEND=noninteractive",
+            "apt-get",
+            "install",
+            "-y",
+            "--no-install-recommends",
+        ];
+        apt(&[&install[..], &missing].concat()).run()?;
         let still = missing_apt_packages()?;
         if !still.is_empty() {
             bail!(
@@ -70,25 +76,35 @@ pub fn ensure() -> Result<()> {
     }
 
     // rust-src: the kernel builds `core`/`alloc` from source.
-    let sysroot = cmd!(sh, "rustc --print sysroot").quiet().read()?;
+    let sysroot = duct::cmd!("rustc", "--print", "sysroot").read()?;
     if !Path::new(sysroot.trim())
         .join("lib/rustlib/src/rust/library")
         .is_dir()
     {
         did = true;
-        cmd!(sh, "rustup component add rust-src").run()?;
+        duct::cmd!("rustup", "component", "add", "rust-src")
+            .before_spawn(echo)
+            .run()?;
     }
 
     // bindgen (found through $CARGO_HOME/bin, which main() puts on PATH).
-    let bindgen_ok = Command::new("bindgen")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
+    let bindgen_ok = duct::cmd!("bindgen", "--version")
+        .stdout_null()
+        .stderr_null()
+        .run()
+        .is_ok();
     if !bindgen_ok {
         did = true;
-        let v = BINDGEN_VERSION;
-        cmd!(sh, "cargo install bindgen-cli --version {v} --locked").run()?;
+        duct::cmd!(
+            "cargo",
+            "install",
+            "bindgen-cli",
+            "--version",
+            BINDGEN_VERSION,
+            "--locked"
+        )
+        .before_spawn(echo)
+        .run()?;
     }
 
     if did {
@@ -100,22 +116,23 @@ pub fn ensure() -> Result<()> {
 }
 
 fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
+    duct::cmd!("id", "-u")
+        .read()
+        .is_ok_and(|uid| uid.trim() == "0")
 }
 
-fn missing_apt_packages() -> Result<Vec<String>> {
-    let out = Command::new("dpkg-query")
-        .arg("-W")
-        .arg("-f=${Package} ${Status}\\n")
-        .args(APT_PACKAGES)
-        .output()
-        .map_err(|e| format!("dpkg-query: {e} (this tooling expects Debian/Ubuntu)"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let installed: Vec<&str> = stdout
+fn missing_apt_packages() -> Result<Vec<&'static str>> {
+    let out = duct::cmd(
+        "dpkg-query",
+        ["-W", "-f=${Package} ${Status}\\n"]
+            .iter()
+            .chain(APT_PACKAGES),
+    )
+    .stderr_null()
+    .unchecked()
+    .read()
+    .map_err(|e| format!("dpkg-query: {e} (this tooling expects Debian/Ubuntu)"))?;
+    let installed: Vec<&str> = out
         .lines()
         .filter(|l| l.ends_with(" install ok installed"))
         .filter_map(|l| l.split_whitespace().next())
@@ -123,7 +140,7 @@ fn missing_apt_packages() -> Result<Vec<String>> {
         .collect();
     Ok(APT_PACKAGES
         .iter()
+        .copied()
         .filter(|p| !installed.contains(p))
-        .map(|p| p.to_string())
         .collect())
 }

@@ -1,5 +1,9 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! `cargo xtask test [PATTERN] [--debug] [--jobs N] [--timeout SECS] [--test-timeout SECS]
-//! [--budget SECS]`:
+//! [--budget SECS] [--smp N] [--mem MB]`:
+//! 0. the check of `cargo xtask fmt --check` (stops here if formatting would change
+//!    anything);
 //! 1. `cargo test --workspace` on the host (env `FCTRACE_VMLINUX=<KDIR>/vmlinux`);
 //! 2. boot the guest with `/selftests/fctracetest [PATTERN]` as the script; with
 //!    `--jobs N`, N guests side by side, guest i running every Nth test from the i-th
@@ -7,8 +11,8 @@
 //! 3. parse the KTAP output, print a summary and a last line
 //!    `fctrace: N passed, N failed, N skipped`.
 //!
-//! Fails if a host test failed, a selftest failed, the runner did not finish,
-//! or the console shows a kernel problem report.
+//! Fails if formatting is off, a host test failed, a selftest failed, the runner did not
+//! finish, or the console shows a kernel problem report.
 //!
 //! `--budget SECS` bounds the whole command (CI runs the debug kernel's tests in what is
 //! left of its time): a guest still running when the budget ends is stopped, the tests
@@ -16,52 +20,76 @@
 //! run is judged as usual.
 
 use std::io::Write;
+use std::time::Duration;
 
-use xshell::cmd;
-
-use crate::util::{note, out_dir, shell, Args, Result};
+use crate::util::{echo, note, out_dir, repo_root, secs, Result};
 use crate::vm::{self, VmOpts};
 
-pub fn cmd(mut args: Args) -> Result<i32> {
-    let debug = args.flag("--debug");
+/// `cargo xtask test`.
+#[derive(clap::Args)]
+pub struct TestArgs {
+    /// Run only the selftests matching PATTERN (selftests/fctracetest PATTERN)
+    pub pattern: Option<String>,
+    /// Test on the debug kernel (lockdep, KASAN, kmemleak, ...)
+    #[arg(long)]
+    pub debug: bool,
+    /// Share the selftests among N guests side by side (1 to 8)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub jobs: u32,
+    /// Each test's timeout (at least 10) [default: 120, 1200 with --debug]
+    #[arg(long, value_name = "SECS")]
+    pub test_timeout: Option<u32>,
+    /// Stop after SECS in all (at least 60); tests not reached by then count as skipped
+    #[arg(long, value_name = "SECS", value_parser = secs)]
+    pub budget: Option<Duration>,
+    #[command(flatten)]
+    pub vm: VmOpts,
+}
+
+pub fn cmd(args: TestArgs) -> Result<i32> {
+    let TestArgs {
+        pattern,
+        debug,
+        jobs,
+        test_timeout,
+        budget,
+        vm: mut opts,
+    } = args;
     crate::kernel::set_debug(debug);
-    let jobs: u32 = args.opt_num("--jobs")?.unwrap_or(1);
     if !(1..=8).contains(&jobs) {
         return Err("--jobs: 1 to 8 guests".into());
     }
     let started = std::time::Instant::now();
-    let budget = args.opt_num::<u64>("--budget")?.map(std::time::Duration::from_secs);
     if budget.is_some_and(|b| b.as_secs() < 60) {
         return Err("--budget: at least 60 seconds".into());
     }
-    let mut opts = VmOpts::from_args(&mut args)?;
     // The debug kernel (KASAN + lockdep, emulated) runs the same tests about
     // 8x slower: scale the per-test and whole-run timeouts unless given.
     // `--test-timeout`: each test's own (e.g. shorter, to see a hang's SysRq dump sooner).
-    let per_test: u32 = args.opt_num("--test-timeout")?.unwrap_or(if debug { 1200 } else { 120 });
+    let per_test = test_timeout.unwrap_or(if debug { 1200 } else { 120 });
     if per_test < 10 {
         return Err("--test-timeout: at least 10 seconds".into());
     }
     // Tells the oracle tests to run fctrace alone (see selftests/test.d/functions).
-    let debug_env = if debug { "export FCTRACE_DEBUG_KERNEL=1\n" } else { "" };
-    if debug && opts.timeout == std::time::Duration::from_secs(vm::DEFAULT_TIMEOUT) {
-        opts.timeout = std::time::Duration::from_secs(vm::DEFAULT_TIMEOUT * 8);
+    let debug_env = if debug {
+        "export FCTRACE_DEBUG_KERNEL=1\n"
+    } else {
+        ""
+    };
+    if debug && opts.timeout == Duration::from_secs(vm::DEFAULT_TIMEOUT) {
+        opts.timeout = Duration::from_secs(vm::DEFAULT_TIMEOUT * 8);
     }
-    let rest = args.finish()?;
-    if rest.len() > 1 {
-        return Err("test takes at most one PATTERN".into());
-    }
-    let pattern = rest.into_iter().next();
 
+    crate::fmt::check()?;
     crate::setup::ensure()?;
     let kdir = crate::kernel::kdir()?;
 
     // 1. host tests
-    let sh = shell()?;
-    let vmlinux = kdir.join("vmlinux");
     note("host tests: cargo test --workspace");
-    let host_ok = cmd!(sh, "cargo test --workspace")
-        .env("FCTRACE_VMLINUX", &vmlinux)
+    let host_ok = duct::cmd!("cargo", "test", "--workspace")
+        .dir(repo_root())
+        .env("FCTRACE_VMLINUX", kdir.join("vmlinux"))
+        .before_spawn(echo)
         .run()
         .is_ok();
     if !host_ok {
@@ -84,9 +112,15 @@ pub fn cmd(mut args: Args) -> Result<i32> {
     script.flush()?;
     let (kdir, initrd) = vm::prepare(true, Some(script.path()))?;
     // What is left of the budget bounds the guests (at least a minute, to boot and report).
-    let cut_at = budget.map(|b| b.saturating_sub(started.elapsed()).max(std::time::Duration::from_secs(60)));
+    let cut_at = budget.map(|b| {
+        b.saturating_sub(started.elapsed())
+            .max(Duration::from_secs(60))
+    });
     if let Some(left) = cut_at.filter(|&left| left < opts.timeout) {
-        note(format!("budget: the guests get the {} s left of it", left.as_secs()));
+        note(format!(
+            "budget: the guests get the {} s left of it",
+            left.as_secs()
+        ));
         opts.timeout = left;
     }
     let budget_bound = cut_at.is_some_and(|left| left <= opts.timeout);
@@ -100,24 +134,39 @@ pub fn cmd(mut args: Args) -> Result<i32> {
                     sc.spawn(move || {
                         let log = out_dir().join(format!("console-{i}.log"));
                         // (the error as text: a boxed error cannot leave the thread)
-                        vm::run_script_with(kdir, initrd, opts, &format!("fctrace.shard={i}/{jobs}"), &log)
-                            .map_err(|e| e.to_string())
+                        vm::run_script_with(
+                            kdir,
+                            initrd,
+                            opts,
+                            &format!("fctrace.shard={i}/{jobs}"),
+                            &log,
+                        )
+                        .map_err(|e| e.to_string())
                     })
                 })
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err("a guest thread panicked".to_string())))
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a guest thread panicked".to_string()))
+                })
                 .collect::<std::result::Result<Vec<_>, String>>()
         })?
     };
-    let reports: Vec<_> = runs.iter().flat_map(|r| r.reports.iter().cloned()).collect();
+    let reports: Vec<_> = runs
+        .iter()
+        .flat_map(|r| r.reports.iter().cloned())
+        .collect();
     let problems = vm::print_reports(&kdir, &reports);
 
     // 3. summary
     // A guest stopped by the budget (not by a hang: its own timeout was the budget's rest)
     // is judged on what it reported; its tests not reported are skipped, not failed.
-    let cut: Vec<bool> = runs.iter().map(|r| budget_bound && r.timed_out && r.exit.is_none()).collect();
+    let cut: Vec<bool> = runs
+        .iter()
+        .map(|r| budget_bound && r.timed_out && r.exit.is_none())
+        .collect();
     let ktaps: Vec<Ktap> = runs
         .iter()
         .zip(&cut)
@@ -152,7 +201,11 @@ pub fn cmd(mut args: Args) -> Result<i32> {
         }
     }
     for (i, r) in runs.iter().enumerate().filter(|&(i, _)| cut[i]) {
-        let guest = if jobs == 1 { String::new() } else { format!(" (guest {})", i + 1) };
+        let guest = if jobs == 1 {
+            String::new()
+        } else {
+            format!(" (guest {})", i + 1)
+        };
         let not_run = not_reported(&r.console);
         println!(
             "selftests{guest}: the budget ran out ({} s in all): {} tests not run (the first was running), counted as skipped: {}",
@@ -170,13 +223,19 @@ pub fn cmd(mut args: Args) -> Result<i32> {
         println!("selftests: runner exited with status {st:?}");
     }
     if problems {
-        println!("kernel problems in the guest console: {} (see above)", vm::problem_count(&reports));
+        println!(
+            "kernel problems in the guest console: {} (see above)",
+            vm::problem_count(&reports)
+        );
     }
     if jobs == 1 {
         println!("console log: {}", out_dir().join("console.log").display());
     } else {
         for i in 1..=jobs {
-            println!("console log: {}", out_dir().join(format!("console-{i}.log")).display());
+            println!(
+                "console log: {}",
+                out_dir().join(format!("console-{i}.log")).display()
+            );
         }
     }
     println!(
@@ -220,7 +279,9 @@ impl Ktap {
     /// it started and finished only if every part did.
     pub fn merge(parts: Vec<Ktap>) -> Ktap {
         let mut parts = parts.into_iter();
-        let Some(mut k) = parts.next() else { return Ktap::default() };
+        let Some(mut k) = parts.next() else {
+            return Ktap::default();
+        };
         let mut sum = k.summary();
         for p in parts {
             let ps = p.summary();
@@ -275,13 +336,18 @@ impl Ktap {
 /// The tests of the console's last run that `fctracetest` planned (its `# planned:` line)
 /// but did not report a result for, in order.
 pub fn not_reported(console: &str) -> Vec<String> {
-    let run = console.rfind("KTAP version 1").map_or(console, |i| &console[i..]);
+    let run = console
+        .rfind("KTAP version 1")
+        .map_or(console, |i| &console[i..]);
     let mut planned: Vec<String> = Vec::new();
     let mut reported: Vec<&str> = Vec::new();
     for line in run.lines().map(|l| l.trim_end_matches('\r')) {
         if let Some(list) = line.strip_prefix("# planned:") {
             planned = list.split_whitespace().map(str::to_string).collect();
-        } else if let Some(rest) = line.strip_prefix("ok ").or_else(|| line.strip_prefix("not ok ")) {
+        } else if let Some(rest) = line
+            .strip_prefix("ok ")
+            .or_else(|| line.strip_prefix("not ok "))
+        {
             // "<n> <test>: <description>" or "<n> <test> # SKIP ..."
             if let Some(name) = rest.split_once(' ').map(|(_, r)| r) {
                 let end = name.find([':', ' ']).unwrap_or(name.len());
@@ -435,18 +501,39 @@ FCTRACE-EXIT: 1
 
     #[test]
     fn shards_merge() {
-        let a = parse_ktap("KTAP version 1\n1..2\nok 1 a: a\nnot ok 2 c: c\n# Totals: pass:1 fail:1 skip:0\n");
-        let b = parse_ktap("KTAP version 1\n1..1\nok 1 b: b # SKIP x\n# Totals: pass:0 fail:0 skip:1\n");
+        let a = parse_ktap(
+            "KTAP version 1\n1..2\nok 1 a: a\nnot ok 2 c: c\n# Totals: pass:1 fail:1 skip:0\n",
+        );
+        let b = parse_ktap(
+            "KTAP version 1\n1..1\nok 1 b: b # SKIP x\n# Totals: pass:0 fail:0 skip:1\n",
+        );
         let k = Ktap::merge(vec![a, b]);
         assert!(k.started && k.totals_seen);
         assert_eq!(k.plan, Some(3));
-        assert_eq!(k.summary(), Summary { passed: 1, failed: 1, skipped: 1 });
+        assert_eq!(
+            k.summary(),
+            Summary {
+                passed: 1,
+                failed: 1,
+                skipped: 1
+            }
+        );
         assert_eq!(k.failed_names.len(), 1);
         // a shard that did not finish makes the whole run unfinished
         let c = parse_ktap("KTAP version 1\n1..2\nok 1 d: d\n");
-        let k = Ktap::merge(vec![parse_ktap("KTAP version 1\n1..1\nok 1 a: a\n# Totals: pass:1 fail:0 skip:0\n"), c]);
+        let k = Ktap::merge(vec![
+            parse_ktap("KTAP version 1\n1..1\nok 1 a: a\n# Totals: pass:1 fail:0 skip:0\n"),
+            c,
+        ]);
         assert!(!k.totals_seen);
-        assert_eq!(k.summary(), Summary { passed: 2, failed: 1, skipped: 0 });
+        assert_eq!(
+            k.summary(),
+            Summary {
+                passed: 2,
+                failed: 1,
+                skipped: 0
+            }
+        );
     }
 
     #[test]
@@ -455,7 +542,14 @@ FCTRACE-EXIT: 1
                        not ok 2 b.tc: b\n# time: 3s c/d.tc\n";
         let mut k = parse_ktap(console);
         k.cut = true;
-        assert_eq!(k.summary(), Summary { passed: 1, failed: 1, skipped: 2 });
+        assert_eq!(
+            k.summary(),
+            Summary {
+                passed: 1,
+                failed: 1,
+                skipped: 2
+            }
+        );
         assert_eq!(not_reported(console), vec!["c/d.tc", "kmemleak"]);
         // a cut guest has finished as far as it could; one that stopped without totals has not
         assert!(k.finished() && !parse_ktap("KTAP version 1\n1..1\nok 1 e.tc\n").finished());
@@ -463,14 +557,29 @@ FCTRACE-EXIT: 1
         let done = parse_ktap("KTAP version 1\n1..1\nok 1 e.tc\n# Totals: pass:1 fail:0 skip:0\n");
         let m = Ktap::merge(vec![done, k]);
         assert!(m.cut && !m.totals_seen);
-        assert_eq!(m.summary(), Summary { passed: 2, failed: 1, skipped: 2 });
+        assert_eq!(
+            m.summary(),
+            Summary {
+                passed: 2,
+                failed: 1,
+                skipped: 2
+            }
+        );
         // not cut, the same output counts the missing ones as failed
-        assert_eq!(parse_ktap(console).summary(), Summary { passed: 1, failed: 3, skipped: 0 });
+        assert_eq!(
+            parse_ktap(console).summary(),
+            Summary {
+                passed: 1,
+                failed: 3,
+                skipped: 0
+            }
+        );
     }
 
     #[test]
     fn not_reported_reads_the_last_run() {
-        let console = "KTAP version 1\n# planned: x.tc\nKTAP version 1\n1..2\n# planned: a.tc b.tc\n\
+        let console =
+            "KTAP version 1\n# planned: x.tc\nKTAP version 1\n1..2\n# planned: a.tc b.tc\n\
                        ok 1 a.tc # SKIP no ftrace\n";
         assert_eq!(not_reported(console), vec!["b.tc"]);
         assert!(not_reported("no run\n").is_empty());

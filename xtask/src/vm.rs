@@ -1,4 +1,6 @@
-//! `cargo xtask vm [--script FILE] [--timeout SECS] [--smp N] [--mem MB]`:
+// SPDX-License-Identifier: GPL-2.0
+
+//! `cargo xtask vm [--script FILE] [--debug] [--timeout SECS] [--smp N] [--mem MB]`:
 //! boot the test kernel with the initramfs in QEMU (TCG; KVM guests hang on
 //! the build machines).
 //!
@@ -6,48 +8,47 @@
 //! the kernel command line gets `fctrace.script=/run-script`; the guest init
 //! runs it with `sh`, prints `FCTRACE-EXIT: <status>` and powers off. The
 //! console is streamed live and saved to `target/fctrace/console.log`, then
-//! scanned for kernel problem reports (see `scan.rs`).
+//! scanned for kernel problem reports (see `scan.rs`). QEMU runs through duct; the
+//! console is read from its stdout pipe while a watchdog thread kills it at the timeout.
 
-use std::io::IsTerminal;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::scan::{self, Report};
-use crate::util::{bail, echo_cmd, note, out_dir, run_streaming, Args, Result};
+use crate::util::{bail, echo, note, out_dir, secs, Result};
 
 pub const DEFAULT_TIMEOUT: u64 = 1200;
 pub const EXIT_MARKER: &str = "FCTRACE-EXIT: ";
+const QEMU: &str = "qemu-system-x86_64";
 
+/// The guest's size and time limit (`vm`, `test`, `demo`, `bench`).
+#[derive(clap::Args)]
 pub struct VmOpts {
-    pub smp: u32,
-    pub mem: u32,
+    /// Time limit for the whole guest run
+    #[arg(long, value_name = "SECS", default_value = "1200", value_parser = secs)]
     pub timeout: Duration,
+    /// Virtual CPUs
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub smp: u32,
+    /// Guest memory
+    #[arg(long, value_name = "MB", default_value_t = 1024)]
+    pub mem: u32,
 }
 
-impl Default for VmOpts {
-    fn default() -> Self {
-        VmOpts {
-            smp: 2,
-            mem: 1024,
-            timeout: Duration::from_secs(DEFAULT_TIMEOUT),
-        }
-    }
-}
-
-impl VmOpts {
-    /// Parse `--timeout/--smp/--mem` from `args`.
-    pub fn from_args(args: &mut Args) -> Result<VmOpts> {
-        let d = VmOpts::default();
-        Ok(VmOpts {
-            smp: args.opt_num("--smp")?.unwrap_or(d.smp),
-            mem: args.opt_num("--mem")?.unwrap_or(d.mem),
-            timeout: args
-                .opt_num("--timeout")?
-                .map(Duration::from_secs)
-                .unwrap_or(d.timeout),
-        })
-    }
+/// `cargo xtask vm`.
+#[derive(clap::Args)]
+pub struct VmArgs {
+    /// Run FILE in the guest (with `sh`), stream the console and exit with its status
+    #[arg(long, value_name = "FILE")]
+    pub script: Option<PathBuf>,
+    /// Boot the debug kernel (lockdep, KASAN, kmemleak, ...)
+    #[arg(long)]
+    pub debug: bool,
+    #[command(flatten)]
+    pub opts: VmOpts,
 }
 
 pub struct VmRun {
@@ -58,22 +59,19 @@ pub struct VmRun {
     pub reports: Vec<Report>,
 }
 
-pub fn cmd(mut args: Args) -> Result<i32> {
-    crate::kernel::set_debug(args.flag("--debug"));
-    let script = args.opt("--script")?.map(PathBuf::from);
-    let opts = VmOpts::from_args(&mut args)?;
-    args.finish()?;
-    if let Some(s) = &script {
+pub fn cmd(args: VmArgs) -> Result<i32> {
+    crate::kernel::set_debug(args.debug);
+    if let Some(s) = &args.script {
         if !s.is_file() {
             bail!("--script {}: no such file", s.display());
         }
     }
-    let script = script.map(std::path::absolute).transpose()?;
+    let script = args.script.map(std::path::absolute).transpose()?;
     let (kdir, initrd) = prepare(false, script.as_deref())?;
     match script {
-        None => interactive(&kdir, &initrd, &opts),
+        None => interactive(&kdir, &initrd, &args.opts),
         Some(_) => {
-            let run = run_script(&kdir, &initrd, &opts)?;
+            let run = run_script(&kdir, &initrd, &args.opts)?;
             Ok(finish(&kdir, &run))
         }
     }
@@ -96,27 +94,41 @@ pub fn prepare(require_module: bool, script: Option<&Path>) -> Result<(PathBuf, 
     Ok((kdir, initrd))
 }
 
-fn qemu(kdir: &Path, initrd: &Path, opts: &VmOpts, append: &str, interactive: bool) -> Command {
-    let mut c = Command::new("qemu-system-x86_64");
+fn qemu(
+    kdir: &Path,
+    initrd: &Path,
+    opts: &VmOpts,
+    append: &str,
+    interactive: bool,
+) -> duct::Expression {
     // Single-threaded TCG by default: with thread=multi, QEMU 7.2 lets a vCPU run stale
     // translated code after another vCPU patched it, so a removed kprobe's int3 can still
     // execute long after text_poke_sync() ("Oops: int3" on an address whose byte is back).
     // Real hardware serialises that. FCTRACE_TCG_THREAD=multi brings back the faster mode.
     let thread = std::env::var("FCTRACE_TCG_THREAD").unwrap_or_else(|_| "single".into());
-    c.args(["-accel", &format!("tcg,thread={thread}"), "-cpu", "max"])
-        .args(["-smp", &opts.smp.to_string(), "-m", &opts.mem.to_string()])
-        .arg("-kernel")
-        .arg(kdir.join("arch/x86/boot/bzImage"))
-        .arg("-initrd")
-        .arg(initrd)
-        .args(["-append", append])
-        .args(["-display", "none", "-no-reboot"]);
-    if interactive {
-        c.args(["-serial", "mon:stdio"]);
+    let (accel, smp, mem) = (
+        format!("tcg,thread={thread}"),
+        opts.smp.to_string(),
+        opts.mem.to_string(),
+    );
+    let mut args: Vec<OsString> = [
+        "-accel", &accel, "-cpu", "max", "-smp", &smp, "-m", &mem, "-kernel",
+    ]
+    .map(Into::into)
+    .into();
+    args.extend([
+        kdir.join("arch/x86/boot/bzImage").into(),
+        "-initrd".into(),
+        initrd.into(),
+    ]);
+    args.extend(["-append", append, "-display", "none", "-no-reboot"].map(Into::into));
+    let serial: &[&str] = if interactive {
+        &["-serial", "mon:stdio"]
     } else {
-        c.args(["-serial", "stdio", "-monitor", "none"]);
-    }
-    c
+        &["-serial", "stdio", "-monitor", "none"]
+    };
+    args.extend(serial.iter().map(Into::into));
+    duct::cmd(QEMU, args).before_spawn(echo)
 }
 
 const BASE_APPEND: &str = "console=ttyS0 panic=-1 printk.time=1";
@@ -125,12 +137,13 @@ fn interactive(kdir: &Path, initrd: &Path, opts: &VmOpts) -> Result<i32> {
     if !std::io::stdin().is_terminal() {
         bail!("`vm` without --script needs a terminal on stdin (use --script FILE)");
     }
-    // `-serial mon:stdio`: Ctrl-A X quits QEMU, Ctrl-A C toggles the monitor.
-    let mut c = qemu(kdir, initrd, opts, BASE_APPEND, true);
     note("interactive guest: exit the shell to power off (or Ctrl-A X to kill QEMU)");
-    echo_cmd(&c);
-    let st = c.status().map_err(|e| format!("qemu-system-x86_64: {e}"))?;
-    Ok(st.code().unwrap_or(1))
+    // `-serial mon:stdio`: Ctrl-A X quits QEMU, Ctrl-A C toggles the monitor.
+    let out = qemu(kdir, initrd, opts, BASE_APPEND, true)
+        .unchecked()
+        .run()
+        .map_err(|e| format!("{QEMU}: {e}"))?;
+    Ok(out.status.code().unwrap_or(1))
 }
 
 /// Boot with the script baked into `initrd` (see [`prepare`]) and collect
@@ -141,7 +154,13 @@ pub fn run_script(kdir: &Path, initrd: &Path, opts: &VmOpts) -> Result<VmRun> {
 
 /// [`run_script`] with more kernel command line (`extra`, read by the guest script from
 /// `/proc/cmdline`) and the console saved to `log`: for guests that run side by side.
-pub fn run_script_with(kdir: &Path, initrd: &Path, opts: &VmOpts, extra: &str, log: &Path) -> Result<VmRun> {
+pub fn run_script_with(
+    kdir: &Path,
+    initrd: &Path,
+    opts: &VmOpts,
+    extra: &str,
+    log: &Path,
+) -> Result<VmRun> {
     let mut append = format!(
         "{BASE_APPEND} fctrace.script={}",
         crate::initramfs::GUEST_SCRIPT
@@ -150,18 +169,66 @@ pub fn run_script_with(kdir: &Path, initrd: &Path, opts: &VmOpts, extra: &str, l
         append.push(' ');
         append.push_str(extra);
     }
-    let c = qemu(kdir, initrd, opts, &append, false);
-    let log = log.to_path_buf();
-    let s = run_streaming(c, opts.timeout, Some(&log))?;
-    let exit = parse_exit(&s.output);
-    let reports = scan::scan(&s.output);
+    let (console, timed_out) =
+        run_streaming(qemu(kdir, initrd, opts, &append, false), opts.timeout, log)?;
     note(format!("console saved to {}", log.display()));
     Ok(VmRun {
-        exit,
-        timed_out: s.status.is_none(),
-        console: s.output,
-        reports,
+        exit: parse_exit(&console),
+        timed_out,
+        reports: scan::scan(&console),
+        console,
     })
+}
+
+/// Run `qemu` with stdin closed, echoing its stdout live, line by line, to our stdout and
+/// into the file `log`, and kill it after `timeout`. Returns the output (`\r` removed) and
+/// whether the timeout killed it.
+fn run_streaming(qemu: duct::Expression, timeout: Duration, log: &Path) -> Result<(String, bool)> {
+    let mut log_file = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let child = &qemu
+        .stdin_null()
+        .unchecked()
+        .reader()
+        .map_err(|e| format!("cannot run {QEMU}: {e}"))?;
+    let (done, finished) = mpsc::channel::<()>();
+    let mut output = String::new();
+    // A watchdog thread kills QEMU at the deadline, which ends the read below with EOF.
+    let timed_out = std::thread::scope(|s| {
+        let watchdog = s.spawn(move || {
+            let expired = finished.recv_timeout(timeout) == Err(mpsc::RecvTimeoutError::Timeout);
+            if expired {
+                note(format!(
+                    "timeout after {} s: killing {QEMU:?}",
+                    timeout.as_secs()
+                ));
+                let _ = child.kill();
+            }
+            expired
+        });
+        let mut r = BufReader::new(child);
+        let mut stdout = std::io::stdout();
+        let mut buf = Vec::new();
+        // Until EOF (QEMU exited and was reaped) or a read error.
+        while let Ok(1..) = r.read_until(b'\n', &mut buf) {
+            let line: String = String::from_utf8_lossy(&buf)
+                .chars()
+                .filter(|&c| c != '\r')
+                .collect();
+            let _ = stdout.write_all(line.as_bytes());
+            let _ = stdout.flush();
+            let _ = log_file.write_all(line.as_bytes());
+            output.push_str(&line);
+            buf.clear();
+        }
+        // After a read error QEMU may still run (after EOF this is a no-op).
+        let _ = child.kill();
+        drop(done);
+        watchdog.join().expect("watchdog thread")
+    });
+    if !output.ends_with('\n') && !output.is_empty() {
+        println!();
+    }
+    Ok((output, timed_out))
 }
 
 /// Print the outcome of a script run; returns the exit code for the command.
@@ -219,7 +286,11 @@ pub fn print_reports(kdir: &Path, reports: &[Report]) -> bool {
         );
     }
     for (n, r) in reports.iter().enumerate() {
-        let kind = if r.requested { "SysRq backtrace" } else { "kernel report" };
+        let kind = if r.requested {
+            "SysRq backtrace"
+        } else {
+            "kernel report"
+        };
         eprintln!(
             "==================== {kind} {} of {}: {}",
             n + 1,
@@ -254,17 +325,15 @@ fn decode(kdir: &Path, raw: &str) -> Option<String> {
     if !vmlinux.exists() {
         return None;
     }
-    let mut f = tempfile::NamedTempFile::new().ok()?;
-    std::io::Write::write_all(&mut f, raw.as_bytes()).ok()?;
-    let mut c = Command::new("bash");
-    c.arg(&script)
-        .arg(&vmlinux)
-        .arg(kdir)
-        .arg(crate::module::module_dir())
+    let out = duct::cmd!("bash", script, vmlinux, kdir, crate::module::module_dir())
         .env("LLVM", "1")
-        .stdin(std::fs::File::open(f.path()).ok()?);
-    echo_cmd(&c);
-    let out = c.output().ok()?;
+        .stdin_bytes(raw)
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .before_spawn(echo)
+        .run()
+        .ok()?;
     let s = String::from_utf8_lossy(&out.stdout).into_owned();
     (out.status.success() && !s.trim().is_empty()).then_some(s)
 }
@@ -282,5 +351,21 @@ mod tests {
         );
         assert_eq!(parse_exit("echo FCTRACE-EXIT: $status\n"), None);
         assert_eq!(parse_exit("nothing\n"), None);
+    }
+
+    #[test]
+    fn streams_and_times_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("console.log");
+        let sh = |script: &str| duct::cmd!("sh", "-c", script);
+        let (out, timed_out) =
+            run_streaming(sh("printf 'a\\r\\nb'"), Duration::from_secs(60), &log).unwrap();
+        assert_eq!((out.as_str(), timed_out), ("a\nb", false));
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "a\nb");
+        let start = std::time::Instant::now();
+        let (out, timed_out) =
+            run_streaming(sh("echo x; exec sleep 30"), Duration::from_secs(1), &log).unwrap();
+        assert_eq!((out.as_str(), timed_out), ("x\n", true));
+        assert!(start.elapsed() < Duration::from_secs(10));
     }
 }
