@@ -7,7 +7,7 @@
 
 use super::arming::{SiteData, SiteKind, Target};
 use super::table::FuncState;
-use super::tree::{Ctx, Cur, TaskData};
+use super::tree::{Ctx, Cur, Recorder, TaskData};
 use super::{read_word, tracer, Tracer, MAX_FRAMES};
 use crate::bindings;
 use crate::kprobe::{Handler, Probe};
@@ -120,6 +120,20 @@ fn resolve_target(t: Target, regs: &bindings::pt_regs, site: &SiteData) -> Optio
             read_word(a)
         }
     }
+}
+
+/// A tree opens at the entry of `func`, at stack pointer `sp` (the start function, an
+/// interrupt handler): frames below `sp` are stale (their returns were missed, e.g. an
+/// earlier interrupt's) and close; frames left at or above it mean the entry is nested
+/// inside a tree already, which goes on. Returns whether the tree opened.
+fn open_tree(rec: &Recorder<'_>, d: &mut TaskData, func: u64, sp: u64) -> bool {
+    d.stack.close_stale(rec, sp);
+    if d.stack.depth() > 0 {
+        return false;
+    }
+    d.stack.end_suppression();
+    d.wait.last_redirect = 0;
+    d.stack.open(rec, func, 0, 0, sp, false)
 }
 
 impl Tracer {
@@ -275,19 +289,10 @@ impl Tracer {
         if d.wait.guard {
             return 0;
         }
-        let sp = regs.sp as u64;
-        let rec = self.recorder(&cur);
-        // Frames at or below this entry's stack pointer are stale (their returns were
-        // missed); deeper ones mean we are nested inside a trace already.
-        d.stack.close_stale(&rec, sp);
-        if d.stack.depth() > 0 {
-            return 0;
-        }
-        d.stack.end_suppression();
-        d.wait.last_redirect = 0;
-        d.wait.nowait = false;
         let func = self.root.load(Ordering::Relaxed);
-        d.stack.open(&rec, func, 0, 0, sp, false);
+        if open_tree(&self.recorder(&cur), d, func, regs.sp as u64) {
+            d.wait.nowait = false;
+        }
         0
     }
 
@@ -314,16 +319,7 @@ impl Tracer {
         let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
             return 0;
         };
-        let sp = regs.sp as u64;
-        let rec = self.recorder(&cur);
-        // Frames of an earlier interrupt whose return was missed are below this one.
-        d.stack.close_stale(&rec, sp);
-        if d.stack.depth() > 0 {
-            return 0;
-        }
-        d.stack.end_suppression();
-        d.wait.last_redirect = 0;
-        d.stack.open(&rec, func, 0, 0, sp, false);
+        open_tree(&self.recorder(&cur), d, func, regs.sp as u64);
         0
     }
 
