@@ -173,7 +173,8 @@ impl<T: FileKind> Ops<T> {
             let r = unsafe { bindings::stream_open(inode, file) };
             if r != 0 {
                 // SAFETY: `ptr` came from `into_foreign` above and was not handed out.
-                drop(unsafe { T::Data::from_foreign(ptr) });
+                let data = unsafe { T::Data::from_foreign(ptr) };
+                T::release(tr, &data);
                 return r;
             }
         }

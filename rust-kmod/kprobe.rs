@@ -11,6 +11,7 @@
 use crate::bindings;
 use core::any::TypeId;
 use core::pin::Pin;
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::alloc::{KVVec, KVec};
 use kernel::error::{to_result, Result};
 use kernel::ffi::c_int;
@@ -46,10 +47,12 @@ struct Header {
 ///
 /// While `registered` is true the kernel holds a pointer to `hdr.kp`; registration takes
 /// a pinned probe, so a registered probe is never moved. `hdr.ty` is `TypeId::of::<D>()`.
+/// `registered` is atomic because handlers on other CPUs may hold `&Probe` while it is
+/// cleared (by a [`Batch`], before the unregistration itself).
 #[repr(C)]
 pub(crate) struct Probe<D> {
     hdr: Header,
-    registered: bool,
+    registered: AtomicBool,
     /// What the handler needs to know about this probe.
     pub(crate) data: D,
 }
@@ -57,8 +60,10 @@ pub(crate) struct Probe<D> {
 // SAFETY: a probe is plain data plus a kprobe whose kernel-side links are only touched by
 // kprobes under its own locks; owning it from another thread is fine.
 unsafe impl<D: Send> Send for Probe<D> {}
-// SAFETY: `&Probe` gives access to `data` (shared) and to reads of the kprobe's address
-// and flags, which the kernel writes only during registration (`&mut`).
+// SAFETY: `&Probe` gives access to `data` (shared), `registered` (atomic), and reads of
+// the kprobe's address (written by the kernel only inside `register_kprobe()`, which takes
+// `Pin<&mut Probe>`) and flags (read with `read_volatile`, as the kernel may set
+// `KPROBE_FLAG_DISABLED`/`GONE` at any time).
 unsafe impl<D: Sync> Sync for Probe<D> {}
 
 /// The pre-handler of every `Probe<D>`.
@@ -111,7 +116,7 @@ impl<D: Handler> Probe<D> {
                 kp: Opaque::new(kp),
                 ty: TypeId::of::<D>(),
             },
-            registered: false,
+            registered: AtomicBool::new(false),
             data,
         }
     }
@@ -127,10 +132,14 @@ impl<D: Handler> Probe<D> {
         )
     }
 
-    /// A probe on the entry of the function named `symbol`. The name is only read while
-    /// registering: a probe made from a shorter-lived name (a lookup, see
-    /// `ksym::resolve`) is dropped before the name is.
-    pub(crate) fn on_symbol(symbol: &CStr, data: D) -> Self {
+    /// A probe on the entry of the function named `symbol`.
+    pub(crate) fn on_symbol(symbol: &'static CStr, data: D) -> Self {
+        Self::on_name(symbol, data)
+    }
+
+    /// A probe on the entry of `symbol`, whose name kprobes reads only while registering:
+    /// private to [`lookup`], which drops it before the name.
+    fn on_name(symbol: &CStr, data: D) -> Self {
         Self::new(
             bindings::kprobe {
                 symbol_name: symbol.as_char_ptr(),
@@ -142,15 +151,13 @@ impl<D: Handler> Probe<D> {
 
     /// Registers the probe. May sleep. Pinned: the kernel keeps its address.
     pub(crate) fn register(self: Pin<&mut Self>) -> Result {
-        // SAFETY: we do not move out of `self`; only `registered` is written.
-        let this = unsafe { self.get_unchecked_mut() };
-        if this.registered {
+        if self.is_registered() {
             return Ok(());
         }
         // SAFETY: `kp` is a valid, initialised kprobe, pinned, so it stays at this address
         // until it is unregistered by a `Batch` or by `drop`, both of which run in place.
-        to_result(unsafe { bindings::register_kprobe(this.hdr.kp.get()) })?;
-        this.registered = true;
+        to_result(unsafe { bindings::register_kprobe(self.hdr.kp.get()) })?;
+        self.registered.store(true, Ordering::Release);
         Ok(())
     }
 }
@@ -158,7 +165,7 @@ impl<D: Handler> Probe<D> {
 impl<D> Probe<D> {
     /// Whether the kernel has this probe.
     pub(crate) fn is_registered(&self) -> bool {
-        self.registered
+        self.registered.load(Ordering::Acquire)
     }
 
     /// The probed address (resolved by the kernel for symbol probes once registered, or
@@ -171,8 +178,9 @@ impl<D> Probe<D> {
 
     /// Whether the kernel placed this probe through ftrace rather than int3.
     pub(crate) fn is_ftrace_based(&self) -> bool {
-        // SAFETY: as in `addr`: `flags` changes only under kprobes' registration paths.
-        let flags = unsafe { (*self.hdr.kp.get()).flags };
+        // SAFETY: the kprobe is ours and live; the kernel may change other bits of `flags`
+        // at any time (disarming), so the word is read once, volatile, like READ_ONCE().
+        let flags = unsafe { core::ptr::addr_of!((*self.hdr.kp.get()).flags).read_volatile() };
         // SAFETY: a C accessor of a constant.
         u64::from(flags) & unsafe { bindings::fctrace_kprobe_flag_ftrace() } as u64 != 0
     }
@@ -182,13 +190,23 @@ impl<D> Probe<D> {
     }
 }
 
+/// Looks up the function `name` through kprobes (`kallsyms_lookup_name()` is not
+/// exported): the address a probe on its entry gets (past `endbr64`; 0 if there is no
+/// such symbol), and whether such a probe can be registered.
+pub(crate) fn lookup(name: &CStr) -> (u64, bool) {
+    let mut p = core::pin::pin!(Probe::on_name(name, ()));
+    let ok = p.as_mut().register().is_ok();
+    (p.addr(), ok)
+    // `p` is unregistered here, in place, before `name` can go.
+}
+
 impl<D> Drop for Probe<D> {
     fn drop(&mut self) {
-        if self.registered {
+        if self.is_registered() {
             let mut one = [self.raw()];
             // SAFETY: the probe is registered (invariant), so unregistering it is valid.
             unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
-            self.registered = false;
+            self.registered.store(false, Ordering::Release);
         }
     }
 }
@@ -245,7 +263,8 @@ impl<D> ProbeSet<D> {
 /// # Invariants
 ///
 /// Every pointer is a kprobe that was registered when added, listed once, and whose
-/// probe's `registered` flag was cleared then; the probes outlive the batch.
+/// probe's `registered` flag this batch cleared; the probes outlive the batch (borrowed
+/// for `'a`, so neither dropped nor registered again meanwhile).
 pub(crate) struct Batch<'a> {
     list: KVVec<*mut bindings::kprobe>,
     _probes: core::marker::PhantomData<&'a mut ()>,
@@ -261,26 +280,23 @@ impl<'a> Batch<'a> {
     }
 
     /// Adds `p` (if registered). From here on the batch owns the unregistration.
-    pub(crate) fn add<D>(&mut self, p: Pin<&'a mut Probe<D>>) {
-        // SAFETY: only the `registered` flag is written; the probe is not moved.
-        let p = unsafe { p.get_unchecked_mut() };
-        if !p.registered {
+    pub(crate) fn add<D>(&mut self, p: &'a Probe<D>) {
+        if !p.registered.swap(false, Ordering::AcqRel) {
             return;
         }
         if self.list.push(p.raw(), GFP_KERNEL).is_err() {
             // Out of memory for the list: unregister this one on its own.
             let mut one = [p.raw()];
-            // SAFETY: `p` is registered (checked above).
+            // SAFETY: `p` was registered (its flag was set until the swap above, which
+            // only this batch won).
             unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
         }
-        p.registered = false;
     }
 
     /// Adds every registered probe of `set`.
-    pub(crate) fn add_set<D>(&mut self, set: &'a mut ProbeSet<D>) {
-        for p in set.0.iter_mut() {
-            // SAFETY: the elements of a `ProbeSet` never move (its invariant).
-            self.add(unsafe { Pin::new_unchecked(p) });
+    pub(crate) fn add_set<D>(&mut self, set: &'a ProbeSet<D>) {
+        for p in set.iter() {
+            self.add(p);
         }
     }
 }

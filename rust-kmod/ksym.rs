@@ -4,7 +4,7 @@
 //! (through kprobes, since `kallsyms_lookup_name()` is not exported).
 
 use crate::bindings;
-use crate::kprobe::Probe;
+use crate::kprobe::{self, Probe};
 use crate::parse::{self, SymbolInfo};
 use kernel::prelude::*;
 
@@ -41,12 +41,7 @@ impl SymBuf {
 /// Looks up a function by name through kprobes: `(start address, probeable)`;
 /// `ENOENT` if there is no such symbol.
 pub(crate) fn resolve(name: &CStr) -> Result<(u64, bool)> {
-    let (ok, addr) = {
-        let mut p = core::pin::pin!(Probe::on_symbol(name, ()));
-        let ok = p.as_mut().register().is_ok();
-        (ok, p.addr())
-        // `p` is unregistered here, in place.
-    };
+    let (addr, ok) = kprobe::lookup(name);
     if addr == 0 {
         return Err(ENOENT);
     }

@@ -263,7 +263,7 @@ impl Tracer {
         });
         if !complete || (func.sites.registered() == 0 && func.sites.len() != 0) {
             let mut batch = Batch::new();
-            batch.add_set(&mut func.sites);
+            batch.add_set(&func.sites);
             return Err(Reason::Unprobeable);
         }
         Ok(func)

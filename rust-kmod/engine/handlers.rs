@@ -380,7 +380,9 @@ impl Tracer {
                 rec.leaf_at(0, r, target, hook_addr);
                 self.count(r);
             }
-            Callee::Hide | Callee::Thunk => {}
+            // A preemption thunk is never a system call; were it one, it is unprobeable.
+            Callee::Thunk => rec.leaf_at(0, Reason::Unprobeable, target, hook_addr),
+            Callee::Hide => {}
         }
         self.release_if_done(Some(slot), d);
         0

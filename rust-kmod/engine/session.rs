@@ -136,11 +136,11 @@ impl Tracer {
         self.active.store(false, Ordering::Release);
         {
             let mut batch = Batch::new();
-            for h in inner.hooks.iter_mut() {
-                batch.add(h.as_mut());
+            for h in inner.hooks.iter() {
+                batch.add(h);
             }
-            for f in inner.funcs.iter_mut() {
-                batch.add_set(&mut f.sites);
+            for f in inner.funcs.iter() {
+                batch.add_set(&f.sites);
             }
             // Dropping the batch unregisters all at once; after that no handler runs.
         }
@@ -233,8 +233,8 @@ impl Tracer {
         let unregistered: u64 = gone.iter().map(|f| f.sites.registered() as u64).sum();
         timed(&self.stats.unregister_ns, || {
             let mut batch = Batch::new();
-            for f in gone.iter_mut() {
-                batch.add_set(&mut f.sites);
+            for f in gone.iter() {
+                batch.add_set(&f.sites);
             }
             // Dropping the batch unregisters them all at once.
         });
