@@ -8,9 +8,11 @@
 //!   12 hex digits of the sha256 of the config fragment(s) (concatenated)
 //! - `R/build-…/.fctrace-built`: stamp written after a successful build.
 //!
-//! A flavour is a list of fragments applied on top of `tinyconfig`; the
-//! default flavour is `scripts/kernel-fragment.config` alone. (A debug flavour
-//! would append e.g. `scripts/kernel-debug.config`, getting its own key.)
+//! A flavour is a list of fragments applied on top of `tinyconfig`: the default
+//! profile's is `scripts/kernel-fragment.config`, built with `LLVM=1`; the `distro`
+//! profile adds `scripts/kernel-distro.config` and is built with GCC, like a
+//! distribution's kernel; `--debug` adds `scripts/kernel-debug.config` to either. Each
+//! flavour gets its own key.
 
 use std::ffi::OsString;
 use std::fs;
@@ -48,6 +50,34 @@ pub fn cmd(args: KernelArgs) -> Result<i32> {
 
 /// Whether this run uses the debug flavour (`--debug`: lockdep, KASAN, ...).
 static DEBUG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Whether this run uses the distro profile (`--profile distro`).
+static DISTRO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The kernel shapes the tests run on.
+#[derive(clap::ValueEnum, Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub enum Profile {
+    /// tinyconfig + scripts/kernel-fragment.config, built with LLVM=1 (clang, lld)
+    #[default]
+    Default,
+    /// also scripts/kernel-distro.config (a distribution's code generation: return
+    /// thunks, call-depth tracking, IBT, ...; networking, ext4, BTF), built with GCC
+    Distro,
+}
+
+/// Selects the profile for the rest of this xtask run.
+pub fn set_profile(p: Profile) {
+    DISTRO.store(p == Profile::Distro, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The toolchain arguments of `make` for the selected profile: `LLVM=1` for the default
+/// profile, none (GCC) for `distro`. The Rust code is built by rustc either way.
+pub fn toolchain_args() -> &'static [&'static str] {
+    if DISTRO.load(std::sync::atomic::Ordering::Relaxed) {
+        &[]
+    } else {
+        &["LLVM=1"]
+    }
+}
 
 /// Selects the debug flavour for the rest of this xtask run.
 pub fn set_debug(on: bool) {
@@ -57,6 +87,9 @@ pub fn set_debug(on: bool) {
 /// The fragments of the selected flavour: the base fragment, plus the debug one.
 pub fn default_fragments() -> Vec<PathBuf> {
     let mut f = vec![repo_root().join("scripts/kernel-fragment.config")];
+    if DISTRO.load(std::sync::atomic::Ordering::Relaxed) {
+        f.push(repo_root().join("scripts/kernel-distro.config"));
+    }
     if DEBUG.load(std::sync::atomic::Ordering::Relaxed) {
         f.push(repo_root().join("scripts/kernel-debug.config"));
     }
@@ -98,7 +131,10 @@ pub fn build(fragments: &[PathBuf], force: bool) -> Result<PathBuf> {
     let _ = fs::remove_file(&stamp);
 
     let o = format!("O={}", out.display());
-    let make_args = [o.as_str(), "LLVM=1", "ARCH=x86_64"];
+    let make_args: Vec<&str> = [o.as_str(), "ARCH=x86_64"]
+        .into_iter()
+        .chain(toolchain_args().iter().copied())
+        .collect();
     let make = |targets: &[&str]| {
         duct::cmd("make", make_args.iter().chain(targets))
             .dir(&src)

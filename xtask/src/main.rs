@@ -35,6 +35,10 @@ use clap::{CommandFactory, Parser, Subcommand};
     args_override_self = true
 )]
 struct Cli {
+    /// Kernel profile: `default` (tinyconfig + scripts/kernel-fragment.config, LLVM=1) or
+    /// `distro` (also scripts/kernel-distro.config, built with GCC like a distribution's)
+    #[arg(long, global = true, value_enum, default_value_t)]
+    profile: kernel::Profile,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -76,7 +80,9 @@ enum Command {
 
 fn main() {
     util::ensure_cargo_bin_on_path();
-    let result = match Cli::parse().command {
+    let cli = Cli::parse();
+    kernel::set_profile(cli.profile);
+    let result = match cli.command {
         None => Cli::command().print_help().map(|()| 0).map_err(Into::into),
         Some(Command::Setup) => setup::cmd(),
         Some(Command::Kernel(args)) => kernel::cmd(args),

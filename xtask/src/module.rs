@@ -38,7 +38,10 @@ pub fn build(kdir: &Path) -> Result<PathBuf> {
     let before = std::fs::metadata(&ko).and_then(|m| m.modified()).ok();
     // CLIPPY=1: Kbuild compiles the Rust code with clippy-driver and the kernel's lint
     // set (SAFETY comments on every unsafe block, ...); any Rust warning fails the build.
-    let out = duct::cmd!("make", "-C", kdir, "LLVM=1", "ARCH=x86_64", "CLIPPY=1", m)
+    let mut args: Vec<std::ffi::OsString> = vec!["-C".into(), kdir.into()];
+    args.extend(crate::kernel::toolchain_args().iter().map(Into::into));
+    args.extend(["ARCH=x86_64".into(), "CLIPPY=1".into(), m.into()]);
+    let out = duct::cmd("make", args)
         .stdout_capture()
         .stderr_capture()
         .unchecked()

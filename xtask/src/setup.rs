@@ -27,6 +27,8 @@ pub const APT_PACKAGES: &[&str] = &[
     "xz-utils",
     "gzip",
     "binutils",
+    // pahole, for the BTF of the distro profile's kernel (CONFIG_DEBUG_INFO_BTF)
+    "dwarves",
     // static test workloads (selftests/workloads/*.c)
     "gcc",
     "libc6-dev",

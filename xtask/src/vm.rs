@@ -36,6 +36,9 @@ pub struct VmOpts {
     /// Guest memory
     #[arg(long, value_name = "MB", default_value_t = 1024)]
     pub mem: u32,
+    /// QEMU CPU model (`-cpu`): the CPU whose bugs decide the kernel's mitigations
+    #[arg(long, value_name = "MODEL", default_value = "max")]
+    pub cpu: String,
 }
 
 /// `cargo xtask vm`.
@@ -112,7 +115,7 @@ fn qemu(
         opts.mem.to_string(),
     );
     let mut args: Vec<OsString> = [
-        "-accel", &accel, "-cpu", "max", "-smp", &smp, "-m", &mem, "-kernel",
+        "-accel", &accel, "-cpu", &opts.cpu, "-smp", &smp, "-m", &mem, "-kernel",
     ]
     .map(Into::into)
     .into();
