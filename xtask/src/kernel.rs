@@ -258,19 +258,30 @@ pub fn fragment_key(fragments: &[PathBuf]) -> Result<String> {
     Ok(hex[..12].to_string())
 }
 
-/// `CONFIG_X=y` lines requested by the fragments.
+/// The options the fragments set to `y`: the last setting of each counts, as
+/// `merge_config.sh` lets a later fragment override an earlier one (`CONFIG_X=n` or
+/// `# CONFIG_X is not set`).
 fn wanted_y(fragments: &[PathBuf]) -> Result<Vec<String>> {
-    let mut v = Vec::new();
+    let mut last: Vec<(String, bool)> = Vec::new();
     for f in fragments {
         for line in fs::read_to_string(f)?.lines() {
-            if let Some(name) = line.trim().strip_suffix("=y") {
-                if name.starts_with("CONFIG_") {
-                    v.push(name.to_string());
-                }
-            }
+            let line = line.trim();
+            let setting = match line.strip_prefix("# ") {
+                Some(rest) => rest.strip_suffix(" is not set").map(|n| (n, false)),
+                None => line.split_once('=').map(|(n, v)| (n, v == "y")),
+            };
+            let Some((name, y)) = setting.filter(|(n, _)| n.starts_with("CONFIG_")) else {
+                continue;
+            };
+            last.retain(|(n, _)| n != name);
+            last.push((name.to_string(), y));
         }
     }
-    Ok(v)
+    Ok(last
+        .into_iter()
+        .filter(|(_, y)| *y)
+        .map(|(n, _)| n)
+        .collect())
 }
 
 fn config_has(config: &Path, name: &str, value: &str) -> Result<bool> {
@@ -307,6 +318,15 @@ fn check_config(config: &Path, fragments: &[PathBuf], report: bool) -> Result<bo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_later_fragment_overrides_an_earlier_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, "CONFIG_A=y\nCONFIG_B=y\nCONFIG_C=y\n").unwrap();
+        std::fs::write(&b, "# CONFIG_A is not set\nCONFIG_B=n\nCONFIG_D=y\n").unwrap();
+        assert_eq!(wanted_y(&[a, b]).unwrap(), ["CONFIG_C", "CONFIG_D"]);
+    }
 
     #[test]
     fn fragment_key_is_the_sha256_prefix() {
