@@ -9,11 +9,13 @@ use super::table::{EntryId, FuncState};
 use super::{read_kernel, timed, Tracer, TracerInner};
 use crate::decode::{self, Flow};
 use crate::kprobe::{Batch, Probe, ProbeSet};
+use crate::ksym::addr_of;
 use crate::ksym::SymBuf;
 use crate::parse::{self, FilterVerdict};
 use crate::record::Reason;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::alloc::{KVVec, KVec};
+use kernel::c_str;
 use kernel::prelude::*;
 
 /// The largest function fctrace decodes.
@@ -168,6 +170,7 @@ impl Tracer {
         self.preempt.restore_hook_bytes(start, &mut code);
         let end = start + size;
         let fentry = fentry_offset(&code) as u32;
+        let thunks = &self.thunks;
         // First pass: count sites; second: fill.
         let mut sites: KVec<Probe<SiteData>> = KVec::new();
         for pass in 0..2 {
@@ -194,20 +197,20 @@ impl Tracer {
                 }
                 let outside = |t: u64| t < start || t >= end;
                 let kind = match insn.flow {
-                    Flow::Call(t) => classify_direct(t, sym).map(SiteKind::Call),
+                    Flow::Call(t) => classify_direct(t, sym, thunks).map(SiteKind::Call),
                     Flow::CallReg(r) => Some(SiteKind::Call(Target::Reg(r))),
                     Flow::CallMem(m) => Some(SiteKind::Call(Target::Mem(m))),
                     Flow::Jmp(t) if outside(t) => {
                         if is_return_thunk(t, sym) {
                             Some(SiteKind::Ret)
                         } else {
-                            classify_direct(t, sym).map(SiteKind::Tail)
+                            classify_direct(t, sym, thunks).map(SiteKind::Tail)
                         }
                     }
                     Flow::JmpReg(r) => Some(SiteKind::Tail(Target::Reg(r))),
                     Flow::JmpMem(m) => Some(SiteKind::Tail(Target::Mem(m))),
                     Flow::Jcc(t, Some(cc)) if outside(t) => {
-                        classify_direct(t, sym).map(|t| SiteKind::TailIf(t, cc))
+                        classify_direct(t, sym, thunks).map(|t| SiteKind::TailIf(t, cc))
                     }
                     Flow::Ret => Some(SiteKind::Ret),
                     Flow::Int3 if !terminal_before && !is_padding(&code, off) => {
@@ -327,7 +330,10 @@ fn is_padding(code: &[u8], off: u32) -> bool {
 
 /// What a direct call or jump to `t` is: a retpoline thunk (really through a register),
 /// a call to instrumentation (`None`: not probed, not shown), or a plain direct call.
-fn classify_direct(t: u64, sym: &mut SymBuf) -> Option<Target> {
+fn classify_direct(t: u64, sym: &mut SymBuf, thunks: &IndirectThunks) -> Option<Target> {
+    if let Some(r) = thunks.register_of(t) {
+        return Some(Target::Reg(r));
+    }
     let Some(info) = sym.lookup(t) else {
         return Some(Target::Direct(t));
     };
@@ -338,6 +344,59 @@ fn classify_direct(t: u64, sym: &mut SymBuf) -> Option<Target> {
         Some(r) => Target::Reg(r),
         None => Target::Direct(t),
     })
+}
+
+/// The running kernel's indirect-branch thunks: arrays with one slot per register, in
+/// register order (`__x86_indirect_thunk_array`; with call-depth tracking also
+/// `__x86_indirect_call_thunk_array` and `__x86_indirect_jump_thunk_array`), found from
+/// its symbols when tracing starts. A call into a slot is a call through that register.
+/// Names alone do not say it: GCC calls the thunks by address (`cs call
+/// __x86_indirect_thunk_r8`), and kallsyms names the `rax` slot after its array.
+pub(crate) struct IndirectThunks {
+    /// The arrays' start addresses (0: not in this kernel).
+    arrays: [AtomicU64; 3],
+    /// The size of a slot (`RETPOLINE_THUNK_SIZE`), from the symbols of two slots.
+    slot: AtomicU64,
+}
+
+impl IndirectThunks {
+    pub(crate) fn new() -> Self {
+        IndirectThunks {
+            arrays: [const { AtomicU64::new(0) }; 3],
+            slot: AtomicU64::new(0),
+        }
+    }
+
+    /// Looks the arrays up in the running kernel.
+    pub(crate) fn resolve(&self) {
+        let arrays = [
+            c_str!("__x86_indirect_thunk_array"),
+            c_str!("__x86_indirect_call_thunk_array"),
+            c_str!("__x86_indirect_jump_thunk_array"),
+        ];
+        let (rax, rcx) = (
+            addr_of(c_str!("__x86_indirect_thunk_rax")),
+            addr_of(c_str!("__x86_indirect_thunk_rcx")),
+        );
+        let slot = if rax != 0 && rcx > rax { rcx - rax } else { 0 };
+        self.slot.store(slot, Ordering::Relaxed);
+        for (a, name) in self.arrays.iter().zip(arrays) {
+            a.store(if slot != 0 { addr_of(name) } else { 0 }, Ordering::Relaxed);
+        }
+    }
+
+    /// The register a call to `t` goes through, if `t` is the start of a thunk slot.
+    fn register_of(&self, t: u64) -> Option<u8> {
+        let slot = self.slot.load(Ordering::Relaxed);
+        if slot == 0 {
+            return None;
+        }
+        self.arrays.iter().find_map(|a| {
+            let off = t.checked_sub(a.load(Ordering::Relaxed))?;
+            let reg = off / slot;
+            (off % slot == 0 && reg < 16 && a.load(Ordering::Relaxed) != 0).then_some(reg as u8)
+        })
+    }
 }
 
 /// The register a retpoline thunk (`__x86_indirect_thunk_r11`) calls through.

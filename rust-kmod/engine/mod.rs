@@ -237,6 +237,8 @@ pub(crate) struct Tracer {
     /// function `sys_call_table` (`syscall_table`) names.
     root: AtomicU64,
     syscall_table: AtomicU64,
+    /// The kernel's indirect-branch thunks, found when tracing starts.
+    thunks: arming::IndirectThunks,
     table: table::FuncTable,
     trees: tree::Trees,
     waits: wait::Waits,
@@ -350,6 +352,7 @@ impl TracerHandle {
                 generation: AtomicU32::new(1),
                 root: AtomicU64::new(0),
                 syscall_table: AtomicU64::new(0),
+                thunks: arming::IndirectThunks::new(),
                 table,
                 trees,
                 waits: wait::Waits::new(),

@@ -44,6 +44,7 @@ impl Tracer {
             }
         };
         self.root.store(root.unwrap_or(0), Ordering::Relaxed);
+        self.thunks.resolve();
         // No task may keep state from an earlier session.
         self.generation.fetch_add(1, Ordering::AcqRel);
         if self.waits.none_inflight() {
