@@ -195,6 +195,7 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "max_probes: {}", n(&tr.settings.max_probes))?;
     writeln!(t, "call_sites_unprobeable: {}", n(&s.sites_unprobeable))?;
     writeln!(t, "trampoline_entries: {}", n(&s.redirects))?;
+    writeln!(t, "trampoline_unsafe_flags: {}", n(&s.unsafe_flags))?;
     writeln!(t, "tasks_overflow: {}", n(&s.task_overflow))?;
     writeln!(t, "atomic_calls_queued: {}", n(&s.ahead_queued))?;
     writeln!(t, "atomic_arming_pending: {}", tr.ahead_pending())?;

@@ -43,6 +43,9 @@ mod record;
 #[allow(dead_code, unreachable_pub)]
 #[path = "../crates/fctrace-core/src/shadow.rs"]
 mod shadow;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-decode/src/thunks.rs"]
+mod thunks;
 
 // Dependencies point one way: fs -> {control, reader} -> engine -> {kprobe, buffer, ksym,
 // error_log, text, and the crates above}.

@@ -72,10 +72,17 @@ int fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool irqs,
 	 * wait loop, e.g. in do_wait()) must not block elsewhere first: that would lose
 	 * its state (and might_sleep() warns, "do not call blocking ops when
 	 * !TASK_RUNNING").
+	 *
+	 * Nor may a task with EFLAGS.AC set (between stac and clac: a user copy, e.g. a
+	 * call of rep_movs_alternative()) or DF set: x86-64 does not switch EFLAGS on a
+	 * context switch, so sleeping there would run the next task on this CPU with SMAP
+	 * off (or string instructions backwards). The trampoline counts any that gets
+	 * there anyway (stats: trampoline_unsafe_flags).
 	 */
 	*sleepable = !(pc & (PREEMPT_MASK | SOFTIRQ_MASK)) &&
 		     READ_ONCE(current->__state) == TASK_RUNNING &&
 		     (regs->flags & X86_EFLAGS_IF) &&
+		     !(regs->flags & (X86_EFLAGS_AC | X86_EFLAGS_DF)) &&
 		     !rcu_preempt_depth() && !pagefault_disabled() &&
 		     !(current->flags & (PF_EXITING | PF_MEMALLOC));
 	return FCTRACE_CTX_TASK;
@@ -214,9 +221,21 @@ unsigned long fctrace_trampoline_addr(void)
 	return (unsigned long)fctrace_trampoline;
 }
 
+extern char fctrace_ret_site[];
+
+unsigned long fctrace_ret_site_addr(void)
+{
+	return (unsigned long)fctrace_ret_site;
+}
+
 unsigned long fctrace_kprobe_flag_ftrace(void)
 {
 	return KPROBE_FLAG_FTRACE;
+}
+
+unsigned long fctrace_kprobe_flag_disabled(void)
+{
+	return KPROBE_FLAG_DISABLED;
 }
 
 /*

@@ -48,7 +48,10 @@ void fctrace_schedule_reap(unsigned int ms);
 /* Waits until every probe handler running now has returned. May sleep. */
 void fctrace_synchronize_handlers(void);
 unsigned long fctrace_trampoline_addr(void);
+/* A bare RET of the module, patched at load like every return: see trampoline.S. */
+unsigned long fctrace_ret_site_addr(void);
 unsigned long fctrace_kprobe_flag_ftrace(void);
+unsigned long fctrace_kprobe_flag_disabled(void);
 
 struct file;
 struct poll_table_struct;
@@ -78,6 +81,6 @@ void fctrace_arm_wake(void);
 /* Implemented in Rust. */
 void fctrace_sync_work(void);
 void fctrace_reap_work(void);
-void fctrace_arm_pending(void);
+void fctrace_arm_pending(unsigned long flags);
 
 #endif

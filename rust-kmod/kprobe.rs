@@ -39,6 +39,10 @@ struct Header {
     kp: Opaque<bindings::kprobe>,
     /// `TypeId::of::<D>()`: what the pre-handler checks before it casts.
     ty: TypeId,
+    /// A probed direct call longer than 5 bytes (GCC's `cs call`): its return address
+    /// and target, which the pre-handler emulates itself (0: not such a call). Set
+    /// before registration, read-only after.
+    long_call: (u64, u64),
 }
 
 /// A kprobe with data of type `D` stored beside it.
@@ -88,7 +92,53 @@ unsafe extern "C" fn pre_handler<D: Handler>(
     // SAFETY: kprobes passes the probed context's registers, ours to read and change for
     // the duration of the call.
     let regs = unsafe { &mut *regs };
-    D::pre(probe, regs)
+    let r = D::pre(probe, regs);
+    let (ret, target) = hdr.long_call;
+    if r == 0 && ret != 0 && !probe.is_ftrace_based() {
+        // kprobes would emulate the call itself, but `int3_emulate_call()` pushes the
+        // address 5 bytes after the call (CALL_INSN_SIZE): the callee would return into
+        // the middle of a 6-byte `cs call` (Linux 6.12). Emulate it with its real length.
+        emulate_call(regs, ret, target);
+        return 1;
+    }
+    r
+}
+
+/// Resumes an int3-trapped context at `target` as if the trapped instruction had called
+/// it with return address `ret`: pushes `ret` below the interrupted stack pointer. For
+/// pre-handlers of int3 probes (not ftrace-based ones), which then return non-zero.
+pub(crate) fn emulate_call(regs: &mut bindings::pt_regs, ret: u64, target: u64) {
+    let new_sp = regs.sp - 8;
+    // SAFETY: `new_sp` is the word just below the interrupted stack pointer, in the gap
+    // `asm_exc_int3` leaves below the interrupted stack for emulating a push
+    // (`int3_emulate_push()`); the kernel stack of the trapped context is writable.
+    unsafe { *(new_sp as *mut u64) = ret };
+    regs.sp = new_sp;
+    regs.ip = target as _;
+}
+
+/// The return address and target of the direct call at `addr` if it is longer than a
+/// plain 5-byte `call rel32`.
+fn long_call_at(addr: u64) -> (u64, u64) {
+    let mut code = [0u8; 16];
+    // SAFETY: `copy_from_kernel_nofault` never faults; the destination is a local buffer.
+    let r = unsafe {
+        bindings::copy_from_kernel_nofault(
+            code.as_mut_ptr().cast(),
+            addr as *const kernel::ffi::c_void,
+            code.len(),
+        )
+    };
+    if r != 0 {
+        return (0, 0);
+    }
+    match crate::decode::decode(&code, addr) {
+        Ok(i) if i.len > 5 => match i.flow {
+            crate::decode::Flow::Call(t) => (addr + u64::from(i.len), t),
+            _ => (0, 0),
+        },
+        _ => (0, 0),
+    }
 }
 
 /// A post-handler that does nothing. Its presence keeps kprobes from optimizing the probe
@@ -113,12 +163,26 @@ impl<D: Handler> Probe<D> {
         };
         Probe {
             hdr: Header {
+                long_call: if kp.addr.is_null() {
+                    (0, 0)
+                } else {
+                    long_call_at(kp.addr as u64)
+                },
                 kp: Opaque::new(kp),
                 ty: TypeId::of::<D>(),
             },
             registered: AtomicBool::new(false),
             data,
         }
+    }
+
+    /// The same probe, registered disabled (`KPROBE_FLAG_DISABLED`): kprobes resolves and
+    /// checks it, and never writes its breakpoint.
+    pub(crate) fn disabled(self) -> Self {
+        // SAFETY: the kprobe is ours and not registered, so nothing else accesses it; a C
+        // accessor of a constant.
+        unsafe { (*self.hdr.kp.get()).flags |= bindings::fctrace_kprobe_flag_disabled() as u32 };
+        self
     }
 
     /// A probe at `addr` (not registered yet).
@@ -192,9 +256,11 @@ impl<D> Probe<D> {
 
 /// Looks up the function `name` through kprobes (`kallsyms_lookup_name()` is not
 /// exported): the address a probe on its entry gets (past `endbr64`; 0 if there is no
-/// such symbol), and whether such a probe can be registered.
+/// such symbol), and whether such a probe can be registered. The probe is registered
+/// disabled, so no breakpoint is ever written: the name may be a return thunk that every
+/// return of the kernel runs through, whose breakpoint would recurse in its own handler.
 pub(crate) fn lookup(name: &CStr) -> (u64, bool) {
-    let mut p = core::pin::pin!(Probe::on_name(name, ()));
+    let mut p = core::pin::pin!(Probe::on_name(name, ()).disabled());
     let ok = p.as_mut().register().is_ok();
     (p.addr(), ok)
     // `p` is unregistered here, in place, before `name` can go.

@@ -56,8 +56,9 @@ pub(crate) fn addr_of(name: &CStr) -> u64 {
     resolve(name).map_or(0, |(a, _)| a)
 }
 
-/// Whether a probe can be placed at `addr` (registers one and removes it again).
+/// Whether a probe can be placed at `addr` (registers one, disabled, and removes it
+/// again).
 pub(crate) fn probeable(addr: u64) -> bool {
-    let mut p = core::pin::pin!(Probe::at(addr, ()));
+    let mut p = core::pin::pin!(Probe::at(addr, ()).disabled());
     p.as_mut().register().is_ok()
 }

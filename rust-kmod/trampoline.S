@@ -25,6 +25,7 @@ SYM_FUNC_START(fctrace_trampoline)
 	pushq	%r9
 	pushq	%r10
 	pushq	%r11
+	movq	9*8(%rsp), %rdi		/* the flags the probed instruction ran with */
 	call	fctrace_arm_pending
 	popq	%r11
 	popq	%r10
@@ -38,3 +39,13 @@ SYM_FUNC_START(fctrace_trampoline)
 	popfq
 	RET
 SYM_FUNC_END(fctrace_trampoline)
+
+/*
+ * fctrace_ret_site: a bare RET. The kernel patches it when it loads the module, like every
+ * return it has (apply_returns()): into `ret`, or a jump to the return thunk it chose for
+ * this CPU (srso_return_thunk, call_depth_return_thunk, ...). engine/arming.rs reads it
+ * to learn that choice from the live text. Never called.
+ */
+SYM_FUNC_START(fctrace_ret_site)
+	RET
+SYM_FUNC_END(fctrace_ret_site)

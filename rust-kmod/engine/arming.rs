@@ -13,7 +13,8 @@ use crate::ksym::addr_of;
 use crate::ksym::SymBuf;
 use crate::parse::{self, FilterVerdict};
 use crate::record::Reason;
-use core::sync::atomic::{AtomicU64, Ordering};
+use crate::thunks::{Branch, Class, SymInfo, Text, Thunks};
+use core::sync::atomic::Ordering;
 use kernel::alloc::{KVVec, KVec};
 use kernel::c_str;
 use kernel::prelude::*;
@@ -26,7 +27,7 @@ const MAX_FUNC_SIZE: u64 = 256 * 1024;
 pub(crate) enum Target {
     /// `call rel32` (or `jmp rel32`): a fixed address.
     Direct(u64),
-    /// Through a register (`call *%r11`, or a retpoline thunk `call __x86_indirect_thunk_r11`).
+    /// Through a register (`call *%r11`, or a thunk: `call __x86_indirect_thunk_r11`).
     Reg(u8),
     /// Through memory (`call *0x10(%rax)`).
     Mem(decode::Mem),
@@ -42,8 +43,10 @@ pub(crate) enum SiteKind {
     /// A conditional jump out of the function: a tail call when condition `cc` holds (to a
     /// retpoline thunk, `jne __x86_indirect_thunk_r11`, it is an indirect one).
     TailIf(Target, decode::Cond),
-    /// A return (`ret`, or `jmp __x86_return_thunk`).
+    /// A return (`ret`, or a jump to the return thunk).
     Ret,
+    /// A conditional jump to the return thunk: a return when condition `cc` holds.
+    RetIf(decode::Cond),
 }
 
 impl SiteKind {
@@ -135,7 +138,7 @@ impl Tracer {
         }
         // SAFETY: a C accessor (within_module on our own module).
         let in_self = unsafe { crate::bindings::fctrace_addr_in_self(target as _) };
-        if in_self || is_denied(info.name.as_bytes()) {
+        if in_self || is_denied(info.name.as_bytes()) || inner.thunks.is_thunk(target) {
             return Err(Reason::Unprobeable);
         }
         let size = info.size;
@@ -170,7 +173,7 @@ impl Tracer {
         self.preempt.restore_hook_bytes(start, &mut code);
         let end = start + size;
         let fentry = fentry_offset(&code) as u32;
-        let thunks = &self.thunks;
+        let thunks = inner.thunks;
         // First pass: count sites; second: fill.
         let mut sites: KVec<Probe<SiteData>> = KVec::new();
         for pass in 0..2 {
@@ -197,20 +200,17 @@ impl Tracer {
                 }
                 let outside = |t: u64| t < start || t >= end;
                 let kind = match insn.flow {
-                    Flow::Call(t) => classify_direct(t, sym, thunks).map(SiteKind::Call),
+                    Flow::Call(t) => classify_direct(t, Branch::Call, sym, &thunks)
+                        .map(|c| site_kind(c, SiteKind::Call, SiteKind::Ret)),
                     Flow::CallReg(r) => Some(SiteKind::Call(Target::Reg(r))),
                     Flow::CallMem(m) => Some(SiteKind::Call(Target::Mem(m))),
-                    Flow::Jmp(t) if outside(t) => {
-                        if is_return_thunk(t, sym) {
-                            Some(SiteKind::Ret)
-                        } else {
-                            classify_direct(t, sym, thunks).map(SiteKind::Tail)
-                        }
-                    }
+                    Flow::Jmp(t) if outside(t) => classify_direct(t, Branch::Jump, sym, &thunks)
+                        .map(|c| site_kind(c, SiteKind::Tail, SiteKind::Ret)),
                     Flow::JmpReg(r) => Some(SiteKind::Tail(Target::Reg(r))),
                     Flow::JmpMem(m) => Some(SiteKind::Tail(Target::Mem(m))),
                     Flow::Jcc(t, Some(cc)) if outside(t) => {
-                        classify_direct(t, sym, thunks).map(|t| SiteKind::TailIf(t, cc))
+                        classify_direct(t, Branch::Jump, sym, &thunks)
+                            .map(|c| site_kind(c, |t| SiteKind::TailIf(t, cc), SiteKind::RetIf(cc)))
                     }
                     Flow::Ret => Some(SiteKind::Ret),
                     Flow::Int3 if !terminal_before && !is_padding(&code, off) => {
@@ -257,7 +257,7 @@ impl Tracer {
                 if ok {
                     return true;
                 }
-                if matches!(site.kind, SiteKind::Ret) {
+                if matches!(site.kind, SiteKind::Ret | SiteKind::RetIf(_)) {
                     return false;
                 }
                 stats.sites_unprobeable.fetch_add(1, Ordering::Relaxed);
@@ -328,89 +328,103 @@ fn is_padding(code: &[u8], off: u32) -> bool {
         .is_some_and(|rest| rest.iter().all(|&b| b == 0xcc))
 }
 
-/// What a direct call or jump to `t` is: a retpoline thunk (really through a register),
-/// a call to instrumentation (`None`: not probed, not shown), or a plain direct call.
-fn classify_direct(t: u64, sym: &mut SymBuf, thunks: &IndirectThunks) -> Option<Target> {
-    if let Some(r) = thunks.register_of(t) {
-        return Some(Target::Reg(r));
-    }
-    let Some(info) = sym.lookup(t) else {
-        return Some(Target::Direct(t));
-    };
-    if info.offset == 0 && is_instrumentation(info.name.as_bytes()) {
-        return None;
-    }
-    Some(match thunk_register(info.name) {
-        Some(r) => Target::Reg(r),
-        None => Target::Direct(t),
-    })
-}
+/// The running kernel's text for [`Thunks::classify`]: symbols from `sprint_symbol()`,
+/// bytes read without faulting.
+struct LiveText<'a>(&'a mut SymBuf);
 
-/// The running kernel's indirect-branch thunks: arrays with one slot per register, in
-/// register order (`__x86_indirect_thunk_array`; with call-depth tracking also
-/// `__x86_indirect_call_thunk_array` and `__x86_indirect_jump_thunk_array`), found from
-/// its symbols when tracing starts. A call into a slot is a call through that register.
-/// Names alone do not say it: GCC calls the thunks by address (`cs call
-/// __x86_indirect_thunk_r8`), and kallsyms names the `rax` slot after its array.
-pub(crate) struct IndirectThunks {
-    /// The arrays' start addresses (0: not in this kernel).
-    arrays: [AtomicU64; 3],
-    /// The size of a slot (`RETPOLINE_THUNK_SIZE`), from the symbols of two slots.
-    slot: AtomicU64,
-}
-
-impl IndirectThunks {
-    pub(crate) fn new() -> Self {
-        IndirectThunks {
-            arrays: [const { AtomicU64::new(0) }; 3],
-            slot: AtomicU64::new(0),
-        }
-    }
-
-    /// Looks the arrays up in the running kernel.
-    pub(crate) fn resolve(&self) {
-        let arrays = [
-            c_str!("__x86_indirect_thunk_array"),
-            c_str!("__x86_indirect_call_thunk_array"),
-            c_str!("__x86_indirect_jump_thunk_array"),
-        ];
-        let (rax, rcx) = (
-            addr_of(c_str!("__x86_indirect_thunk_rax")),
-            addr_of(c_str!("__x86_indirect_thunk_rcx")),
-        );
-        let slot = if rax != 0 && rcx > rax { rcx - rax } else { 0 };
-        self.slot.store(slot, Ordering::Relaxed);
-        for (a, name) in self.arrays.iter().zip(arrays) {
-            a.store(if slot != 0 { addr_of(name) } else { 0 }, Ordering::Relaxed);
-        }
-    }
-
-    /// The register a call to `t` goes through, if `t` is the start of a thunk slot.
-    fn register_of(&self, t: u64) -> Option<u8> {
-        let slot = self.slot.load(Ordering::Relaxed);
-        if slot == 0 {
-            return None;
-        }
-        self.arrays.iter().find_map(|a| {
-            let off = t.checked_sub(a.load(Ordering::Relaxed))?;
-            let reg = off / slot;
-            (off % slot == 0 && reg < 16 && a.load(Ordering::Relaxed) != 0).then_some(reg as u8)
+impl Text for LiveText<'_> {
+    fn symbol(&mut self, addr: u64) -> Option<SymInfo> {
+        self.0.lookup(addr).map(|i| SymInfo {
+            offset: i.offset,
+            size: i.size,
+            padding: i.name.starts_with("__pfx_"),
         })
     }
+
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+        read_kernel(addr, buf)
+    }
 }
 
-/// The register a retpoline thunk (`__x86_indirect_thunk_r11`) calls through.
-fn thunk_register(name: &str) -> Option<u8> {
-    const NAMES: [&str; 16] = [
-        "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12",
-        "r13", "r14", "r15",
-    ];
-    let reg = name.strip_prefix("__x86_indirect_thunk_")?;
-    NAMES.iter().position(|n| *n == reg).map(|i| i as u8)
+/// What a call or jump (`b`) to the fixed address `t` is: a return, a branch through a
+/// register (a thunk), a call to instrumentation (`None`: not probed, not shown), or a
+/// direct branch to a function.
+fn classify_direct(t: u64, b: Branch, sym: &mut SymBuf, thunks: &Thunks) -> Option<Class> {
+    let class = thunks.classify(&mut LiveText(sym), b, t);
+    if let Class::Direct(f) = class {
+        if let Some(info) = sym.lookup(f) {
+            if info.offset == 0 && is_instrumentation(info.name.as_bytes()) {
+                return None;
+            }
+        }
+    }
+    Some(class)
 }
 
-/// Whether a jump to `t` is a return (through the return thunk).
-fn is_return_thunk(t: u64, sym: &mut SymBuf) -> bool {
-    sym.lookup(t)
-        .is_some_and(|i| i.name == "__x86_return_thunk")
+/// The call-site kind for a branch of class `c`: `site` for a branch to a function or
+/// through a register, `ret` for a return.
+fn site_kind(c: Class, site: impl FnOnce(Target) -> SiteKind, ret: SiteKind) -> SiteKind {
+    match c {
+        Class::Return => ret,
+        Class::Reg(r) => site(Target::Reg(r)),
+        Class::Direct(f) => site(Target::Direct(f)),
+    }
+}
+
+/// Finds the running kernel's branch thunks when tracing starts: the return thunk the
+/// kernel patched the module's own return into (`fctrace_ret_site` in trampoline.S: the
+/// live choice for this CPU), every return thunk 6.12 has by name, and the thunk arrays
+/// with their slot size (from the symbols of their first two slots).
+pub(crate) fn find_thunks() -> Thunks {
+    let mut th = Thunks::new();
+    // SAFETY: a C accessor of a constant address.
+    let site = unsafe { crate::bindings::fctrace_ret_site_addr() } as u64;
+    let mut code = [0u8; 16];
+    if read_kernel(site, &mut code) {
+        // After `endbr64`, if any.
+        let off = fentry_offset(&code);
+        if let Ok(i) = decode::decode(&code[off..], site + off as u64) {
+            if let Flow::Jmp(t) = i.flow {
+                th.add_return(t);
+            }
+        }
+    }
+    for name in [
+        c_str!("__x86_return_thunk"),
+        c_str!("retbleed_return_thunk"),
+        c_str!("srso_return_thunk"),
+        c_str!("srso_alias_return_thunk"),
+        c_str!("call_depth_return_thunk"),
+        c_str!("its_return_thunk"),
+    ] {
+        th.add_return(addr_of(name));
+    }
+    for (array, rax, rcx) in [
+        (
+            c_str!("__x86_indirect_thunk_array"),
+            c_str!("__x86_indirect_thunk_rax"),
+            c_str!("__x86_indirect_thunk_rcx"),
+        ),
+        (
+            c_str!("__x86_indirect_call_thunk_array"),
+            c_str!("__x86_indirect_call_thunk_rax"),
+            c_str!("__x86_indirect_call_thunk_rcx"),
+        ),
+        (
+            c_str!("__x86_indirect_jump_thunk_array"),
+            c_str!("__x86_indirect_jump_thunk_rax"),
+            c_str!("__x86_indirect_jump_thunk_rcx"),
+        ),
+        (
+            c_str!("__x86_indirect_its_thunk_array"),
+            c_str!("__x86_indirect_its_thunk_rax"),
+            c_str!("__x86_indirect_its_thunk_rcx"),
+        ),
+    ] {
+        let (a, r0, r1) = (addr_of(array), addr_of(rax), addr_of(rcx));
+        if a != 0 && r0 == a && r1 > r0 {
+            th.add_array(a, r1 - r0);
+        }
+    }
+    th
 }

@@ -180,7 +180,12 @@ impl Tracer {
             return 0;
         }
         let rec = self.recorder(&cur);
-        if !matches!(site.kind, SiteKind::Ret) {
+        if let SiteKind::RetIf(cc) = site.kind {
+            if !cc.holds(regs.flags as u64) {
+                return 0;
+            }
+        }
+        if !matches!(site.kind, SiteKind::Ret | SiteKind::RetIf(_)) {
             // Frames opened below this stack pointer have returned without a probe
             // seeing it (they ended in a tail call that was not followed, or left
             // through a path no probe covers): close them before drawing this call.
@@ -205,7 +210,7 @@ impl Tracer {
             }
         }
         let (target, tail, indirect) = match site.kind {
-            SiteKind::Ret => {
+            SiteKind::Ret | SiteKind::RetIf(_) => {
                 d.wait.last_redirect = 0;
                 d.wait.last_throttle = 0;
                 let retval_on = self.settings.option(OptionName::Retval);

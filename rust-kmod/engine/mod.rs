@@ -43,6 +43,7 @@ use crate::error_log::ErrorLog;
 use crate::kprobe::Probe;
 use crate::parse::{FilterPattern, OptionName, OPTIONS};
 use crate::record::Reason;
+use crate::thunks::Thunks;
 use core::pin::Pin;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use kernel::alloc::KVec;
@@ -125,6 +126,8 @@ pub(crate) struct Stats {
     pub(crate) armed_ahead: AtomicU64,
     pub(crate) ahead_queued: AtomicU64,
     pub(crate) redirects: AtomicU64,
+    /// Tasks that reached the trampoline with EFLAGS.AC or DF set (must stay 0).
+    pub(crate) unsafe_flags: AtomicU64,
     /// Functions armed now: `inner.funcs.len()`, published by [`Guard`] as it releases the
     /// mutex, so that reading `stats` does not wait for an arming pass holding it.
     pub(crate) funcs_armed: AtomicU64,
@@ -193,6 +196,8 @@ pub(crate) struct TracerInner {
     funcs: KVec<Func>,
     /// Task-lifetime hooks and entry probes.
     hooks: KVec<Pin<KBox<Probe<Hook>>>>,
+    /// The running kernel's branch thunks, found when tracing starts.
+    pub(crate) thunks: Thunks,
 }
 
 impl TracerInner {
@@ -203,6 +208,7 @@ impl TracerInner {
             filters: KVec::new(),
             funcs: KVec::new(),
             hooks: KVec::new(),
+            thunks: Thunks::new(),
         }
     }
 
@@ -237,8 +243,6 @@ pub(crate) struct Tracer {
     /// function `sys_call_table` (`syscall_table`) names.
     root: AtomicU64,
     syscall_table: AtomicU64,
-    /// The kernel's indirect-branch thunks, found when tracing starts.
-    thunks: arming::IndirectThunks,
     table: table::FuncTable,
     trees: tree::Trees,
     waits: wait::Waits,
@@ -352,7 +356,6 @@ impl TracerHandle {
                 generation: AtomicU32::new(1),
                 root: AtomicU64::new(0),
                 syscall_table: AtomicU64::new(0),
-                thunks: arming::IndirectThunks::new(),
                 table,
                 trees,
                 waits: wait::Waits::new(),

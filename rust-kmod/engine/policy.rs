@@ -88,8 +88,15 @@ const DENIED: &[&[u8]] = &[
     b"*static_key*",
     b"*static_call*",
     b"ftrace_*",
-    b"__x86_indirect_thunk*",
-    b"__x86_return_thunk",
+    // Mitigation thunks, which every return or indirect call of the kernel may run
+    // through (recognised by address too, see `find_thunks`), and function padding, where
+    // call-depth tracking puts its accounting thunks.
+    b"__x86_indirect_*",
+    b"*_return_thunk",
+    b"retbleed_*",
+    b"srso_*",
+    b"entry_untrain_ret",
+    b"__pfx_*",
     b"irq_work_*",
     b"arch_irq_work_raise",
     b"copy_from_kernel_nofault*",

@@ -4,7 +4,7 @@
 //! the task-lifetime hooks) and off (every probe removed), and lazy disarming of
 //! functions no traced task has entered for a while.
 
-use super::arming::body_start;
+use super::arming::{body_start, find_thunks};
 use super::handlers::Hook;
 use super::policy::IRQ_ROOTS;
 use super::table::FuncState;
@@ -44,7 +44,7 @@ impl Tracer {
             }
         };
         self.root.store(root.unwrap_or(0), Ordering::Relaxed);
-        self.thunks.resolve();
+        inner.thunks = find_thunks();
         // No task may keep state from an earlier session.
         self.generation.fetch_add(1, Ordering::AcqRel);
         if self.waits.none_inflight() {

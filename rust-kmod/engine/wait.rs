@@ -9,6 +9,7 @@ use super::table::FuncState;
 use super::tree::{current_ids, Cur, TaskData};
 use super::{clock_ns, this_cpu, tracer, Tracer, TracerInner, MAX_TASKS};
 use crate::bindings;
+use crate::kprobe;
 use crate::parse::OptionName;
 use crate::record::Reason;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -98,14 +99,10 @@ impl Tracer {
         d.wait.pending = target;
         self.waits.inflight.fetch_add(1, Ordering::AcqRel);
         self.stats.redirects.fetch_add(1, Ordering::Relaxed);
-        let new_sp = regs.sp - 8;
-        // SAFETY: `new_sp` is the word just below the interrupted stack pointer, in the gap
-        // `asm_exc_int3` leaves for emulating a push (all our redirecting probes are int3
-        // probes); the task's stack is writable.
-        unsafe { *(new_sp as *mut u64) = addr };
-        regs.sp = new_sp;
         // SAFETY: a C accessor of a constant address.
-        regs.ip = unsafe { bindings::fctrace_trampoline_addr() } as _;
+        let trampoline = unsafe { bindings::fctrace_trampoline_addr() } as u64;
+        // All our redirecting probes are int3 probes.
+        kprobe::emulate_call(regs, addr, trampoline);
     }
 
     /// `lossless`: sends the task to the trampoline to wait for the reader, then to make
@@ -377,10 +374,18 @@ pub(crate) fn wake_armed() {
     unsafe { bindings::fctrace_arm_wake() };
 }
 
-/// Called by `fctrace_trampoline` (see trampoline.S).
+/// Called by `fctrace_trampoline` (see trampoline.S) with the flags of the probed
+/// instruction.
 #[no_mangle]
-pub(crate) extern "C" fn fctrace_arm_pending() {
+pub(crate) extern "C" fn fctrace_arm_pending(flags: u64) {
     if let Some(tr) = tracer() {
+        // EFLAGS.AC (user access open) or DF: the task must not sleep here, the handlers
+        // never send one (`fctrace_task_context`). Counted, so that tests see a breach.
+        const X86_EFLAGS_AC: u64 = 1 << 18;
+        const X86_EFLAGS_DF: u64 = 1 << 10;
+        if flags & (X86_EFLAGS_AC | X86_EFLAGS_DF) != 0 {
+            tr.stats.unsafe_flags.fetch_add(1, Ordering::Relaxed);
+        }
         tr.arm_pending();
     }
 }

@@ -39,6 +39,9 @@ pub struct VmOpts {
     /// QEMU CPU model (`-cpu`): the CPU whose bugs decide the kernel's mitigations
     #[arg(long, value_name = "MODEL", default_value = "max")]
     pub cpu: String,
+    /// More kernel command line (e.g. `retbleed=stuff`)
+    #[arg(long, value_name = "ARGS", default_value = "")]
+    pub append: String,
 }
 
 /// `cargo xtask vm`.
@@ -114,6 +117,12 @@ fn qemu(
         opts.smp.to_string(),
         opts.mem.to_string(),
     );
+    let append = if opts.append.is_empty() {
+        append.to_string()
+    } else {
+        format!("{append} {}", opts.append)
+    };
+    let append = append.as_str();
     let mut args: Vec<OsString> = [
         "-accel", &accel, "-cpu", &opts.cpu, "-smp", &smp, "-m", &mem, "-kernel",
     ]

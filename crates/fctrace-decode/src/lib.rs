@@ -10,7 +10,9 @@
 //!
 //! [`decode`] decodes one instruction (length, [`Flow`], `endbr64`, nop;
 //! a conditional jump's [`Cond`], which [`Cond::holds`] evaluates on RFLAGS);
-//! [`scan`] sweeps a whole function body.
+//! [`scan`] sweeps a whole function body. [`thunks`] says what a branch to a
+//! mitigation thunk (return, retpoline, ITS, call-depth accounting) really does;
+//! the module includes it the same way (`src/thunks.rs`).
 #![no_std]
 // The decoder must not be able to panic (it runs in the kernel, on live text).
 #![deny(
@@ -26,3 +28,4 @@
 
 mod decode;
 pub use decode::*;
+pub mod thunks;
