@@ -167,11 +167,21 @@ fn is_trigger(text: &str) -> bool {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
             && starts(rest.trim_start())
+            && !is_mitigation_notice(rest.trim_start())
         {
             return true;
         }
     }
     CONTAINS.iter().any(|p| t.contains(p))
+}
+
+/// `RETBleed: WARNING: Spectre v2 mitigation leaves CPU vulnerable ...`: a subsystem's
+/// `pr_warn()` that happens to start with `WARNING: `, printed at boot by the mitigation
+/// selection on some CPU models; not a `WARN()` splat, which reads `WARNING: CPU: ...` or
+/// `WARNING: at ...`.
+fn is_mitigation_notice(rest: &str) -> bool {
+    rest.strip_prefix("WARNING: ")
+        .is_some_and(|w| !w.starts_with("CPU: ") && !w.starts_with("at "))
 }
 
 fn is_end(text: &str) -> bool {
@@ -249,6 +259,7 @@ Booting from ROM..
 [    0.000000] Command line: console=ttyS0 panic=-1 printk.time=1 fctrace.script=/run-script
 [    0.000000] x86/fpu: Supporting XSAVE feature 0x001: 'x87 floating point registers'
 [    0.012000] Spectre V2 : WARNING: Unprivileged eBPF is enabled with eIBRS on, data leaks possible via Spectre v2 BHB attacks!
+[    0.012100] RETBleed: WARNING: Spectre v2 mitigation leaves CPU vulnerable to RETBleed attacks, data leaks possible!
 [    0.100000] smpboot: CPU0: AMD QEMU TCG CPU version 2.5+ (family: 0xf, model: 0x6b, stepping: 0x1)
 [    0.350000] Run /init as init process
 insmod: can't insert '/lib/modules/fctrace.ko': No such file or directory
@@ -431,6 +442,7 @@ ok 4 filter/more.tc: more
                 (),
             ),
             ("kprobes: Unrecoverable kprobe detected.", ()),
+            ("fctrace: WARNING: CPU: 1 PID: 2 at engine.rs:1 f+0x1/0x2", ()),
         ] {
             let log = format!("[    1.000000] hello\n[    3.000000] {msg}\n[    3.000001] more\n");
             let r = scan(&log);
