@@ -442,7 +442,10 @@ ok 4 filter/more.tc: more
                 (),
             ),
             ("kprobes: Unrecoverable kprobe detected.", ()),
-            ("fctrace: WARNING: CPU: 1 PID: 2 at engine.rs:1 f+0x1/0x2", ()),
+            (
+                "fctrace: WARNING: CPU: 1 PID: 2 at engine.rs:1 f+0x1/0x2",
+                (),
+            ),
         ] {
             let log = format!("[    1.000000] hello\n[    3.000000] {msg}\n[    3.000001] more\n");
             let r = scan(&log);
