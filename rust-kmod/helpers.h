@@ -52,6 +52,8 @@ unsigned long fctrace_trampoline_addr(void);
 unsigned long fctrace_ret_site_addr(void);
 unsigned long fctrace_kprobe_flag_ftrace(void);
 unsigned long fctrace_kprobe_flag_disabled(void);
+/* Gives a registered, disabled kprobe on a `cs call` a correct emulation, enables it. */
+int fctrace_kprobe_fix_long_call(struct kprobe *p);
 
 struct file;
 struct poll_table_struct;

@@ -39,10 +39,9 @@ struct Header {
     kp: Opaque<bindings::kprobe>,
     /// `TypeId::of::<D>()`: what the pre-handler checks before it casts.
     ty: TypeId,
-    /// A probed direct call longer than 5 bytes (GCC's `cs call`): its return address
-    /// and target, which the pre-handler emulates itself (0: not such a call). Set
-    /// before registration, read-only after.
-    long_call: (u64, u64),
+    /// The probed instruction is a direct call longer than 5 bytes (GCC's `cs call`), which
+    /// kprobes would emulate wrongly (see [`Probe::register`]).
+    long_call: bool,
 }
 
 /// A kprobe with data of type `D` stored beside it.
@@ -92,16 +91,7 @@ unsafe extern "C" fn pre_handler<D: Handler>(
     // SAFETY: kprobes passes the probed context's registers, ours to read and change for
     // the duration of the call.
     let regs = unsafe { &mut *regs };
-    let r = D::pre(probe, regs);
-    let (ret, target) = hdr.long_call;
-    if r == 0 && ret != 0 && !probe.is_ftrace_based() {
-        // kprobes would emulate the call itself, but `int3_emulate_call()` pushes the
-        // address 5 bytes after the call (CALL_INSN_SIZE): the callee would return into
-        // the middle of a 6-byte `cs call` (Linux 6.12). Emulate it with its real length.
-        emulate_call(regs, ret, target);
-        return 1;
-    }
-    r
+    D::pre(probe, regs)
 }
 
 /// Resumes an int3-trapped context at `target` as if the trapped instruction had called
@@ -117,9 +107,9 @@ pub(crate) fn emulate_call(regs: &mut bindings::pt_regs, ret: u64, target: u64) 
     regs.ip = target as _;
 }
 
-/// The return address and target of the direct call at `addr` if it is longer than a
-/// plain 5-byte `call rel32`.
-fn long_call_at(addr: u64) -> (u64, u64) {
+/// Whether the instruction at `addr` is a direct call longer than a plain 5-byte
+/// `call rel32`.
+fn long_call_at(addr: u64) -> bool {
     let mut code = [0u8; 16];
     // SAFETY: `copy_from_kernel_nofault` never faults; the destination is a local buffer.
     let r = unsafe {
@@ -129,16 +119,9 @@ fn long_call_at(addr: u64) -> (u64, u64) {
             code.len(),
         )
     };
-    if r != 0 {
-        return (0, 0);
-    }
-    match crate::decode::decode(&code, addr) {
-        Ok(i) if i.len > 5 => match i.flow {
-            crate::decode::Flow::Call(t) => (addr + u64::from(i.len), t),
-            _ => (0, 0),
-        },
-        _ => (0, 0),
-    }
+    r == 0
+        && crate::decode::decode(&code, addr)
+            .is_ok_and(|i| i.len > 5 && matches!(i.flow, crate::decode::Flow::Call(_)))
 }
 
 /// A post-handler that does nothing. Its presence keeps kprobes from optimizing the probe
@@ -163,11 +146,7 @@ impl<D: Handler> Probe<D> {
         };
         Probe {
             hdr: Header {
-                long_call: if kp.addr.is_null() {
-                    (0, 0)
-                } else {
-                    long_call_at(kp.addr as u64)
-                },
+                long_call: !kp.addr.is_null() && long_call_at(kp.addr as u64),
                 kp: Opaque::new(kp),
                 ty: TypeId::of::<D>(),
             },
@@ -218,10 +197,35 @@ impl<D: Handler> Probe<D> {
         if self.is_registered() {
             return Ok(());
         }
+        let kp = self.hdr.kp.get();
+        // A `cs call` (6 bytes): kprobes emulates a direct call with `int3_emulate_call()`,
+        // which pushes the address 5 bytes after it (Linux 6.12), so the callee would
+        // return into the call's last byte. Our pre-handler never lets that happen when
+        // it runs, but kprobes skips it when the probe is hit inside another probe's
+        // handler (an interrupt during an ftrace-based probe's handler) and emulates on
+        // its own. So the probe is registered disabled, given a correct emulation, and
+        // only then enabled.
+        let long_call = self.hdr.long_call;
+        if long_call {
+            // SAFETY: the kprobe is ours and not registered yet; a C accessor of a constant.
+            unsafe { (*kp).flags |= bindings::fctrace_kprobe_flag_disabled() as u32 };
+        }
         // SAFETY: `kp` is a valid, initialised kprobe, pinned, so it stays at this address
         // until it is unregistered by a `Batch` or by `drop`, both of which run in place.
-        to_result(unsafe { bindings::register_kprobe(self.hdr.kp.get()) })?;
+        to_result(unsafe { bindings::register_kprobe(kp) })?;
         self.registered.store(true, Ordering::Release);
+        if long_call {
+            // SAFETY: `kp` is registered (disabled, so not hit yet); the C helper only
+            // replaces its emulation routine, then enables it.
+            let r = unsafe { bindings::fctrace_kprobe_fix_long_call(kp) };
+            if r != 0 {
+                // Dropping or a batch unregisters it; refuse the site.
+                // SAFETY: registered just above.
+                unsafe { bindings::unregister_kprobes([kp].as_mut_ptr(), 1) };
+                self.registered.store(false, Ordering::Release);
+                return Err(Error::from_errno(r));
+            }
+        }
         Ok(())
     }
 }

@@ -64,6 +64,11 @@ pub enum Profile {
     Distro,
 }
 
+/// Whether this run uses the distro profile.
+pub fn is_distro() -> bool {
+    DISTRO.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Selects the profile for the rest of this xtask run.
 pub fn set_profile(p: Profile) {
     DISTRO.store(p == Profile::Distro, std::sync::atomic::Ordering::Relaxed);

@@ -37,8 +37,9 @@ pub struct VmOpts {
     #[arg(long, value_name = "MB", default_value_t = 1024)]
     pub mem: u32,
     /// QEMU CPU model (`-cpu`): the CPU whose bugs decide the kernel's mitigations
-    #[arg(long, value_name = "MODEL", default_value = "max")]
-    pub cpu: String,
+    /// [default: max; `test --profile distro`: each model of its CPU matrix]
+    #[arg(long, value_name = "MODEL")]
+    pub cpu: Option<String>,
     /// More kernel command line (e.g. `retbleed=stuff`)
     #[arg(long, value_name = "ARGS", default_value = "")]
     pub append: String,
@@ -124,7 +125,15 @@ fn qemu(
     };
     let append = append.as_str();
     let mut args: Vec<OsString> = [
-        "-accel", &accel, "-cpu", &opts.cpu, "-smp", &smp, "-m", &mem, "-kernel",
+        "-accel",
+        &accel,
+        "-cpu",
+        opts.cpu.as_deref().unwrap_or("max"),
+        "-smp",
+        &smp,
+        "-m",
+        &mem,
+        "-kernel",
     ]
     .map(Into::into)
     .into();
