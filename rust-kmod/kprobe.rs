@@ -158,10 +158,18 @@ impl<D: Handler> Probe<D> {
     /// The same probe, registered disabled (`KPROBE_FLAG_DISABLED`): kprobes resolves and
     /// checks it, and never writes its breakpoint.
     pub(crate) fn disabled(self) -> Self {
+        self.set_disabled_flag();
+        self
+    }
+
+    /// Sets `KPROBE_FLAG_DISABLED` on a probe not registered yet.
+    fn set_disabled_flag(&self) {
+        if self.is_registered() {
+            return;
+        }
         // SAFETY: the kprobe is ours and not registered, so nothing else accesses it; a C
         // accessor of a constant.
         unsafe { (*self.hdr.kp.get()).flags |= bindings::fctrace_kprobe_flag_disabled() as u32 };
-        self
     }
 
     /// A probe at `addr` (not registered yet).
@@ -200,15 +208,13 @@ impl<D: Handler> Probe<D> {
         let kp = self.hdr.kp.get();
         // A `cs call` (6 bytes): kprobes emulates a direct call with `int3_emulate_call()`,
         // which pushes the address 5 bytes after it (Linux 6.12), so the callee would
-        // return into the call's last byte. Our pre-handler never lets that happen when
-        // it runs, but kprobes skips it when the probe is hit inside another probe's
-        // handler (an interrupt during an ftrace-based probe's handler) and emulates on
-        // its own. So the probe is registered disabled, given a correct emulation, and
-        // only then enabled.
+        // return into the call's last byte: whenever our pre-handler returns 0, and also
+        // when kprobes skips the pre-handler (the probe hit inside another probe's
+        // handler, e.g. an interrupt during an ftrace-based probe's handler). So the
+        // probe is registered disabled, given a correct emulation, and only then enabled.
         let long_call = self.hdr.long_call;
         if long_call {
-            // SAFETY: the kprobe is ours and not registered yet; a C accessor of a constant.
-            unsafe { (*kp).flags |= bindings::fctrace_kprobe_flag_disabled() as u32 };
+            self.set_disabled_flag();
         }
         // SAFETY: `kp` is a valid, initialised kprobe, pinned, so it stays at this address
         // until it is unregistered by a `Batch` or by `drop`, both of which run in place.
