@@ -210,6 +210,12 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
         "late_int3_recovered: {}",
         n(&crate::late_int3::RECOVERED)
     )?;
+    writeln!(t, "static_call_hooks: {}", n(&s.static_hooks))?;
+    writeln!(
+        t,
+        "static_call_hooks_missing: {}",
+        n(&s.static_hooks_missing)
+    )?;
     writeln!(t, "irq_roots_missing: {}", n(&s.irq_roots_missing))?;
     writeln!(t, "lossless_waits: {}", n(&s.lossless_waits))?;
     for v in 1..Reason::COUNT as u8 {

@@ -2,6 +2,7 @@
 /*
  * fctrace: the thin C layer. See helpers.h.
  */
+#include <linux/ftrace.h>
 #include <linux/hardirq.h>
 #include <linux/kallsyms.h>
 #include <linux/kobject.h>
@@ -341,4 +342,30 @@ void fctrace_arm_wake(void)
 {
 	atomic_inc_return_release(&fctrace_arm_seqno);
 	wake_up_all(&fctrace_arm_wq);
+}
+
+/*
+ * The return address function_graph saved for the current task's frame whose return
+ * address sits at @retp (it put return_to_handler there), 0 if none is found.
+ * ftrace_graph_ret_addr() does this but is not exported: this looks for the saved
+ * struct ftrace_ret_stack whose retp is @retp among the newest words of the task's
+ * shadow stack (bounded; the frame looked for was pushed last, at the entry of the
+ * function being probed).
+ */
+unsigned long fctrace_graph_ret_addr(unsigned long retp)
+{
+#ifdef CONFIG_FUNCTION_GRAPH_TRACER
+	const int off = offsetof(struct ftrace_ret_stack, retp) / sizeof(long);
+	unsigned long *rs = READ_ONCE(current->ret_stack);
+	int top = READ_ONCE(current->curr_ret_stack);
+	int i;
+
+	if (!rs || top <= 0 || top > (int)(PAGE_SIZE / sizeof(long)))
+		return 0;
+	for (i = top - 1; i >= off && i >= top - 64; i--) {
+		if (rs[i] == retp)
+			return rs[i - off];
+	}
+#endif
+	return 0;
 }

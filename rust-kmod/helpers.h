@@ -27,6 +27,7 @@ struct trace_buffer *fctrace_rb_alloc(unsigned long size);
  * called from the ftrace trampoline) rather than entered through int3.
  */
 int fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool irqs, bool *sleepable);
+unsigned long fctrace_graph_ret_addr(unsigned long retp);
 
 void fctrace_current_ids(u32 *pid, u32 *tgid);
 void fctrace_current_comm(u8 *comm16);

@@ -80,6 +80,8 @@ pub(crate) struct Func {
     /// Never disarmed lazily: the start function and interrupt entry functions, whose
     /// entry hooks open trees.
     pub(crate) pinned: bool,
+    /// The end of its code.
+    pub(crate) end: u64,
 }
 
 impl Tracer {
@@ -106,6 +108,7 @@ impl Tracer {
             if let Some(f) = inner.funcs.last_mut() {
                 f.entry = entry;
                 f.pinned = root;
+                self.table.set_end(entry, f.end);
                 self.table.touch(entry);
             }
         }
@@ -249,7 +252,12 @@ impl Tracer {
             sites: ProbeSet::new(sites),
             entry: 0,
             pinned: false,
+            end,
         };
+        // Direct calls and tail calls from sites kprobes refused (static calls): their
+        // callees get an entry hook (see `Tracer::on_static_entry`).
+        let mut refused: [Option<(u64, bool)>; 8] = [None; 8];
+        let mut n_refused = 0usize;
         let complete = timed(&self.stats.register_ns, || {
             let stats = &self.stats;
             func.sites.register_all(|site, ok| {
@@ -261,6 +269,15 @@ impl Tracer {
                     return false;
                 }
                 stats.sites_unprobeable.fetch_add(1, Ordering::Relaxed);
+                if let Some(callee) = site.kind.direct_callee() {
+                    let tail = !matches!(site.kind, SiteKind::Call(_));
+                    if let Some(slot) = refused.get_mut(n_refused) {
+                        *slot = Some((callee, tail));
+                        n_refused += 1;
+                    } else {
+                        stats.static_hooks_missing.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
                 true
             })
         });
@@ -268,6 +285,9 @@ impl Tracer {
             let mut batch = Batch::new();
             batch.add_set(&func.sites);
             return Err(Reason::Unprobeable);
+        }
+        for (callee, tail) in refused.into_iter().flatten() {
+            self.add_static_hook(inner, callee, tail, sym);
         }
         Ok(func)
     }

@@ -59,7 +59,7 @@ impl Handler for Hook {
 }
 
 /// What to do about a call whose target is known.
-enum Callee {
+pub(super) enum Callee {
     /// Open the callee's frame (it is armed).
     Follow,
     /// Leave it and its subtree out (hidden by the filter).
@@ -140,7 +140,14 @@ impl Tracer {
     /// Decides what a call of `target` from `site` (a call site, or the system-call
     /// hook) does, for the task `cur` with tree `d`. A callee not armed that the task
     /// cannot wait for is queued to be armed ahead.
-    fn classify_call(&self, cur: &Cur, d: &TaskData, target: u64, site: u64, tail: bool) -> Callee {
+    pub(super) fn classify_call(
+        &self,
+        cur: &Cur,
+        d: &TaskData,
+        target: u64,
+        site: u64,
+        tail: bool,
+    ) -> Callee {
         match self.table.lookup(target) {
             FuncState::Armed => Callee::Follow,
             FuncState::Hidden => Callee::Hide,

@@ -23,6 +23,8 @@
 //! - [`wait`]: the trampoline handshake, arming ahead, lossless throttling, work items.
 //! - [`session`]: tracing on and off, lazy disarming.
 //! - [`preempt`]: the preemption path's thunks and hooks.
+//! - [`static_call`]: calls from sites kprobes refuses (static calls), seen at the
+//!   callee's entry.
 //! - [`policy`]: what is never armed (the deny list), instrumentation, interrupt roots.
 
 mod arming;
@@ -30,6 +32,7 @@ mod handlers;
 mod policy;
 mod preempt;
 mod session;
+mod static_call;
 mod table;
 mod tree;
 mod wait;
@@ -134,6 +137,10 @@ pub(crate) struct Stats {
     pub(crate) funcs_refused: AtomicU64,
     pub(crate) probes_armed: AtomicU64,
     pub(crate) sites_unprobeable: AtomicU64,
+    /// Callees of refused call sites with an entry hook (see `static_call.rs`), and
+    /// those that could not get one.
+    pub(crate) static_hooks: AtomicU64,
+    pub(crate) static_hooks_missing: AtomicU64,
     /// `irqs` option: interrupt entry functions that could not be hooked.
     pub(crate) irq_roots_missing: AtomicU64,
     /// `lossless` option: times a traced task waited for the reader.
@@ -196,6 +203,8 @@ pub(crate) struct TracerInner {
     funcs: KVec<Func>,
     /// Task-lifetime hooks and entry probes.
     hooks: KVec<Pin<KBox<Probe<Hook>>>>,
+    /// Entry probes on the callees of call sites kprobes refused (see `static_call.rs`).
+    static_hooks: KVec<Pin<KBox<Probe<static_call::StaticHook>>>>,
     /// The running kernel's branch thunks, found when tracing starts.
     pub(crate) thunks: Thunks,
 }
@@ -208,6 +217,7 @@ impl TracerInner {
             filters: KVec::new(),
             funcs: KVec::new(),
             hooks: KVec::new(),
+            static_hooks: KVec::new(),
             thunks: Thunks::new(),
         }
     }
@@ -247,6 +257,8 @@ pub(crate) struct Tracer {
     trees: tree::Trees,
     waits: wait::Waits,
     preempt: preempt::Preempt,
+    /// Where return hooks (function_graph's, kretprobes') send returns.
+    ret_hooks: static_call::ReturnHooks,
     pub(crate) stats: Stats,
 }
 
@@ -360,6 +372,7 @@ impl TracerHandle {
                 trees,
                 waits: wait::Waits::new(),
                 preempt: preempt::Preempt::new(),
+                ret_hooks: static_call::ReturnHooks::new(),
                 stats: Stats::default(),
             }),
             GFP_KERNEL,

@@ -45,6 +45,7 @@ impl Tracer {
         };
         self.root.store(root.unwrap_or(0), Ordering::Relaxed);
         inner.thunks = find_thunks();
+        self.ret_hooks.resolve();
         // No task may keep state from an earlier session.
         self.generation.fetch_add(1, Ordering::AcqRel);
         if self.waits.none_inflight() {
@@ -140,12 +141,17 @@ impl Tracer {
             for h in inner.hooks.iter() {
                 batch.add(h);
             }
+            for h in inner.static_hooks.iter() {
+                batch.add(h);
+            }
             for f in inner.funcs.iter() {
                 batch.add_set(&f.sites);
             }
             // Dropping the batch unregisters all at once; after that no handler runs.
         }
         inner.hooks = KVec::new();
+        inner.static_hooks = KVec::new();
+        self.stats.static_hooks.store(0, Ordering::Relaxed);
         inner.funcs = KVec::new();
         self.table.clear();
         self.waits.clear_wanted();

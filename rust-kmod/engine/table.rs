@@ -61,6 +61,8 @@ struct Entry {
     open: AtomicU32,
     /// When a traced task last entered it (or it was armed), [`clock_ns`].
     last: AtomicU64,
+    /// The end of its code (armed functions; 0 otherwise).
+    end: AtomicU64,
 }
 
 pub(crate) struct FuncTable {
@@ -79,6 +81,7 @@ impl FuncTable {
                     state: AtomicU32::new(0),
                     open: AtomicU32::new(0),
                     last: AtomicU64::new(0),
+                    end: AtomicU64::new(0),
                 },
                 GFP_KERNEL,
             )?;
@@ -125,6 +128,23 @@ impl FuncTable {
         if let Some(e) = self.entry(id) {
             e.state.store(s.encode(), Ordering::Release);
         }
+    }
+
+    /// Notes where the code of an armed function ends. With the mutex held.
+    pub(crate) fn set_end(&self, id: EntryId, end: u64) {
+        if let Some(e) = self.entry(id) {
+            e.end.store(end, Ordering::Release);
+        }
+    }
+
+    /// Whether `addr` lies in the code of `func`, an armed function (false if its end is
+    /// not known).
+    pub(crate) fn contains(&self, func: u64, addr: u64) -> bool {
+        let end = self
+            .find(func)
+            .and_then(|i| self.entry(i))
+            .map_or(0, |e| e.end.load(Ordering::Acquire));
+        addr >= func && addr < end
     }
 
     /// Records `func`'s state; its entry, or `None` if the table is full. With the mutex
@@ -198,6 +218,7 @@ impl FuncTable {
             e.state.store(0, Ordering::Relaxed);
             e.open.store(0, Ordering::Relaxed);
             e.last.store(0, Ordering::Relaxed);
+            e.end.store(0, Ordering::Relaxed);
         }
         self.used.store(0, Ordering::Relaxed);
     }

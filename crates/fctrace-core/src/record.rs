@@ -62,6 +62,10 @@ pub enum Reason {
     /// The task waited too long for the callee to be armed (the work item that arms it was
     /// held up, e.g. by a lock the task itself holds); it went on without following it.
     ArmTimeout = 10,
+    /// The call was made from a call site kprobes refuses (a static call, patched by
+    /// `static_call_update()`): seen only at the callee's entry, where the task cannot
+    /// wait for the callee to be armed. It is armed for its next call.
+    StaticCall = 11,
 }
 
 impl Reason {
@@ -78,6 +82,7 @@ impl Reason {
             8 => Reason::Unwound,
             9 => Reason::NotFunction,
             10 => Reason::ArmTimeout,
+            11 => Reason::StaticCall,
             _ => Reason::None,
         }
     }
@@ -96,11 +101,12 @@ impl Reason {
             Reason::Unwound => "return not seen",
             Reason::NotFunction => "not followed: not a function start",
             Reason::ArmTimeout => "not followed: arming timed out",
+            Reason::StaticCall => "not followed: static call",
         }
     }
 
     /// Number of reasons, for per-reason counters.
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 12;
 
     /// Name of the per-reason counter in the `stats` file.
     pub fn stat_name(self) -> &'static str {
@@ -116,6 +122,7 @@ impl Reason {
             Reason::Unwound => "frames_closed_unwound",
             Reason::NotFunction => "not_followed_not_function",
             Reason::ArmTimeout => "not_followed_arm_timeout",
+            Reason::StaticCall => "not_followed_static_call",
         }
     }
 }
