@@ -12,16 +12,29 @@
  *   write FILE  write 100 bytes to FILE (opened and truncated before)
  *   put FILE TEXT  write TEXT to FILE (opened for writing before), e.g. a
  *               sysfs attribute
+ *   tcp         TCP over loopback: connect to a listening socket of its own,
+ *               accept, send 100 bytes, receive them (sockets made before)
+ *   unix        AF_UNIX socketpair: write 100 bytes into one end, read them
+ *               from the other (socketpair made before)
+ *   epoll       epoll_wait() on an eventfd, with no timeout: it sleeps until a
+ *               child process writes the eventfd 200 ms after the gate opens
+ *   fsync FILE  fsync() FILE, opened and written (4096 bytes) before
  * Everything but the operation itself (the pipe's creation, buffers) is done
  * before the gate opens; "ready" is printed (and flushed) just before it, so a
  * test can wait for the process to sit in the gate's nanosleep() before it
  * starts tracing it (the shell's own work before the exec, e.g. a stat() in
  * the PATH search, stays out). Exits 0 on success.
  */
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -128,6 +141,69 @@ int main(int argc, char **argv)
 		gate();
 		return write(fd, argv[3], len) != (ssize_t)len;
 	}
-	fprintf(stderr, "usage: fct_ops read|pipe|stat|open|mmap|fork|readdir|write [FILE] | put FILE TEXT\n");
+	if (!strcmp(op, "tcp")) {
+		struct sockaddr_in a = { .sin_family = AF_INET };
+		socklen_t alen = sizeof(a);
+		int l = socket(AF_INET, SOCK_STREAM, 0);
+		int c = socket(AF_INET, SOCK_STREAM, 0);
+		int s;
+
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		if (l < 0 || c < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) ||
+		    listen(l, 1) || getsockname(l, (struct sockaddr *)&a, &alen))
+			return 1;
+		memset(buf, 'x', 100);
+		gate();
+		if (connect(c, (struct sockaddr *)&a, sizeof(a)))
+			return 1;
+		s = accept(l, NULL, NULL);
+		if (s < 0 || send(c, buf, 100, 0) != 100)
+			return 1;
+		return recv(s, buf, 100, MSG_WAITALL) != 100;
+	}
+	if (!strcmp(op, "unix")) {
+		if (socketpair(AF_UNIX, SOCK_STREAM, 0, p))
+			return 1;
+		memset(buf, 'x', 100);
+		gate();
+		if (write(p[0], buf, 100) != 100)
+			return 1;
+		return read(p[1], buf, 100) != 100;
+	}
+	if (!strcmp(op, "epoll")) {
+		struct epoll_event ev = { .events = EPOLLIN };
+		int efd = eventfd(0, 0);
+		int ep = epoll_create1(0);
+		uint64_t one = 1;
+		pid_t c;
+		int st;
+
+		if (efd < 0 || ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, efd, &ev))
+			return 1;
+		c = fork();
+		if (c < 0)
+			return 1;
+		if (c == 0) {
+			fct_wait_gate();
+			usleep(200000);
+			_exit(write(efd, &one, sizeof(one)) != sizeof(one));
+		}
+		gate();
+		if (epoll_wait(ep, &ev, 1, -1) != 1)
+			return 1;
+		return waitpid(c, &st, 0) != c || st != 0;
+	}
+	if (!strcmp(op, "fsync")) {
+		int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		if (fd < 0)
+			return 1;
+		memset(buf, 'x', sizeof(buf));
+		if (write(fd, buf, sizeof(buf)) != sizeof(buf))
+			return 1;
+		gate();
+		return fsync(fd) != 0;
+	}
+	fprintf(stderr, "usage: fct_ops read|pipe|stat|open|mmap|fork|readdir|write|fsync [FILE] | put FILE TEXT | tcp|unix|epoll\n");
 	return 2;
 }

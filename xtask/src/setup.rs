@@ -29,6 +29,8 @@ pub const APT_PACKAGES: &[&str] = &[
     "binutils",
     // pahole, for the BTF of the distro profile's kernel (CONFIG_DEBUG_INFO_BTF)
     "dwarves",
+    // mkfs.ext4, for the guests' scratch disk (an ext4 file system on virtio-blk)
+    "e2fsprogs",
     // static test workloads (selftests/workloads/*.c)
     "gcc",
     "libc6-dev",

@@ -143,6 +143,14 @@ fn qemu(
         initrd.into(),
     ]);
     args.extend(["-append", append, "-display", "none", "-no-reboot"].map(Into::into));
+    // The scratch disk (`/dev/vda` where the kernel has virtio-blk); every guest writes to
+    // its own temporary overlay (`snapshot=on`), so guests side by side share the image.
+    if let Some(disk) = scratch_disk() {
+        let mut drive = OsString::from("file=");
+        drive.push(disk);
+        drive.push(",if=virtio,format=raw,snapshot=on");
+        args.extend(["-drive".into(), drive]);
+    }
     let serial: &[&str] = if interactive {
         &["-serial", "mon:stdio"]
     } else {
@@ -150,6 +158,37 @@ fn qemu(
     };
     args.extend(serial.iter().map(Into::into));
     duct::cmd(QEMU, args).before_spawn(echo)
+}
+
+/// Size of the scratch disk.
+const SCRATCH_MB: u64 = 64;
+
+/// `target/fctrace/scratch-ext4.img`: an empty ext4 file system for the guests (tests
+/// mount `/dev/vda`), made once with `mkfs.ext4`. `None` (with a note) if it cannot be
+/// made: the guest then has no disk and the tests that need one are unsupported.
+fn scratch_disk() -> Option<PathBuf> {
+    let img = out_dir().join("scratch-ext4.img");
+    if img.is_file() {
+        return Some(img);
+    }
+    let tmp = out_dir().join("scratch-ext4.img.tmp");
+    let made = (|| -> Result<()> {
+        std::fs::create_dir_all(out_dir())?;
+        std::fs::File::create(&tmp)?.set_len(SCRATCH_MB << 20)?;
+        duct::cmd!("mkfs.ext4", "-q", "-F", "-L", "fctrace", &tmp)
+            .before_spawn(echo)
+            .run()?;
+        std::fs::rename(&tmp, &img)?;
+        Ok(())
+    })();
+    match made {
+        Ok(()) => Some(img),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            note(format!("WARNING: no scratch disk for the guest: {e}"));
+            None
+        }
+    }
 }
 
 const BASE_APPEND: &str = "console=ttyS0 panic=-1 printk.time=1";
