@@ -139,9 +139,7 @@ impl Tracer {
             FilterVerdict::Leaf => return Err(Reason::Filtered),
             FilterVerdict::Follow => {}
         }
-        // SAFETY: a C accessor (within_module on our own module).
-        let in_self = unsafe { crate::bindings::fctrace_addr_in_self(target as _) };
-        if in_self || is_denied(info.name.as_bytes()) || inner.thunks.is_thunk(target) {
+        if never_probed(inner, target, info.name.as_bytes()) {
             return Err(Reason::Unprobeable);
         }
         let size = info.size;
@@ -315,6 +313,14 @@ impl Tracer {
         let e = self.table.find(func)?;
         inner.funcs.iter_mut().find(|f| f.entry == e)
     }
+}
+
+/// Whether the function `name` at `addr` is never probed: fctrace's own code, the deny
+/// list, a branch thunk.
+pub(crate) fn never_probed(inner: &TracerInner, addr: u64, name: &[u8]) -> bool {
+    // SAFETY: a C accessor (within_module on our own module).
+    let in_self = unsafe { crate::bindings::fctrace_addr_in_self(addr as _) };
+    in_self || is_denied(name) || inner.thunks.is_thunk(addr)
 }
 
 /// The first instruction of a function after `endbr64` and the ftrace site: a probe there

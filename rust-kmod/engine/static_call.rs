@@ -26,8 +26,8 @@
 //! function_graph's saved address is found on its shadow stack; when none is found the
 //! call site cannot be checked, and a call from the innermost frame is assumed.
 
+use super::arming::never_probed;
 use super::handlers::Callee;
-use super::policy::is_denied;
 use super::{read_kernel, read_word, tracer, Tracer, TracerInner, MAX_FRAMES};
 use crate::bindings;
 use crate::kprobe::{Handler, Probe};
@@ -109,20 +109,18 @@ impl Tracer {
             }
             return;
         }
-        let Some(info) = sym.lookup(callee) else {
-            return;
-        };
-        if info.offset != 0 || is_denied(info.name.as_bytes()) || inner.thunks.is_thunk(callee) {
-            return;
-        }
-        // SAFETY: a C accessor (within_module on our own module).
-        if unsafe { bindings::fctrace_addr_in_self(callee as _) } {
-            return;
-        }
-        if inner.static_hooks.len() >= MAX_STATIC_HOOKS {
+        let missing = || {
             self.stats
                 .static_hooks_missing
                 .fetch_add(1, Ordering::Relaxed);
+        };
+        match sym.lookup(callee) {
+            Some(info)
+                if info.offset == 0 && !never_probed(inner, callee, info.name.as_bytes()) => {}
+            _ => return,
+        }
+        if inner.static_hooks.len() >= MAX_STATIC_HOOKS {
+            missing();
             return;
         }
         let hook = StaticHook {
@@ -130,24 +128,18 @@ impl Tracer {
             tail: AtomicBool::new(tail),
         };
         let Ok(mut b) = KBox::pin(Probe::at(callee, hook), GFP_KERNEL) else {
-            self.stats
-                .static_hooks_missing
-                .fetch_add(1, Ordering::Relaxed);
+            missing();
             return;
         };
         // Kept even when registration fails: the callee is not tried again.
         if b.as_mut().register().is_ok() {
             self.stats.static_hooks.fetch_add(1, Ordering::Relaxed);
         } else {
-            self.stats
-                .static_hooks_missing
-                .fetch_add(1, Ordering::Relaxed);
+            missing();
         }
         if inner.static_hooks.push(b, GFP_KERNEL).is_err() {
             // Dropping the probe unregisters it.
-            self.stats
-                .static_hooks_missing
-                .fetch_add(1, Ordering::Relaxed);
+            missing();
         }
     }
 
