@@ -24,7 +24,8 @@
 //! Another tracer's return hook may have replaced the return address already (function_graph
 //! running at the same time: its ftrace handler can run before kprobes'; a kretprobe).
 //! function_graph's saved address is found on its shadow stack; when none is found the
-//! call site cannot be checked, and a call from the innermost frame is assumed.
+//! call site cannot be checked, and a call from the innermost frame is assumed (unless a
+//! call just drawn as a leaf suppresses the frame below it: then nothing is drawn).
 
 use super::arming::never_probed;
 use super::handlers::Callee;
@@ -162,11 +163,10 @@ impl Tracer {
         let func = p.data.func;
         // At the entry, the stack pointer points to the return address.
         let entry_sp = regs.sp as u64;
-        let Some(ret) = read_word(entry_sp) else {
+        let Some(mut ret) = read_word(entry_sp) else {
             return 0;
         };
         let rec = self.recorder(&cur);
-        let mut ret = ret;
         if self.ret_hooks.contains(ret) {
             // SAFETY: a C helper reading the current task's own function_graph stack.
             let saved = unsafe { bindings::fctrace_graph_ret_addr(entry_sp as _) } as u64;
@@ -179,6 +179,11 @@ impl Tracer {
         let (site, tail, site_sp) = if hooked || is_call_to(call_site, func) {
             // A call: the caller ran at the stack pointer above the return address.
             let sp = entry_sp + 8;
+            // Unchecked, a call whose probe drew it as a leaf (suppressing what runs
+            // below that call) would be drawn again here: such a call is left out.
+            if hooked && d.stack.suppresses(entry_sp) {
+                return 0;
+            }
             if d.stack.suppressed(sp) {
                 return 0;
             }
