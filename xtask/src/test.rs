@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! `cargo xtask test [PATTERN] [--debug] [--jobs N] [--timeout SECS] [--test-timeout SECS]
-//! [--budget SECS] [--smp N] [--mem MB]`:
+//! [--budget SECS] [--model N | --cpu MODEL [--append ARGS]] [--smp N] [--mem MB]`:
 //! 0. the check of `cargo xtask fmt --check` (stops here if formatting would change
 //!    anything);
 //! 1. `cargo test --workspace` on the host (env `FCTRACE_VMLINUX=<KDIR>/vmlinux`);
@@ -42,6 +42,10 @@ pub struct TestArgs {
     /// Stop after SECS in all (at least 60); tests not reached by then count as skipped
     #[arg(long, value_name = "SECS", value_parser = secs)]
     pub budget: Option<Duration>,
+    /// Distro profile: run on model N (1 to 6) of the CPU matrix only, with its kernel
+    /// command line and its mitigation checks (CI picks one per run)
+    #[arg(long, value_name = "N", conflicts_with = "cpu")]
+    pub model: Option<usize>,
     #[command(flatten)]
     pub vm: VmOpts,
     /// Model `i` of `m` in a budgeted matrix run: its guests start at test `(i-1)*n/m` of
@@ -117,8 +121,36 @@ pub const MATRIX: &[CpuCase] = &[
 /// Prints the mitigation state before the selftests (see [`CpuCase::expect`]).
 const PRINT_VULNERABILITIES: &str = "for f in /sys/devices/system/cpu/vulnerabilities/*; do echo \"vulnerability ${f##*/}: $(cat \"$f\")\"; done\n";
 
+/// The matrix case `-cpu CPU` with kernel command line `append` is, if any.
+pub fn matrix_case(cpu: &str, append: &str) -> Option<&'static CpuCase> {
+    MATRIX
+        .iter()
+        .find(|c| c.cpu == cpu && c.append == append.trim())
+}
+
 pub fn cmd(args: TestArgs) -> Result<i32> {
     let distro = crate::kernel::is_distro();
+    if let Some(m) = args.model {
+        if !distro || args.debug {
+            return Err("--model: only with --profile distro (and not --debug)".into());
+        }
+        let Some(case) = m.checked_sub(1).and_then(|i| MATRIX.get(i)) else {
+            return Err(format!("--model: 1 to {}", MATRIX.len()).into());
+        };
+        note(format!(
+            "CPU matrix model {m}/{}: -cpu {} {}",
+            MATRIX.len(),
+            case.cpu,
+            case.append
+        ));
+        let a = args.clone_for(case);
+        return cmd_one(a, true, case.expect);
+    }
+    if let Some(cpu) = args.vm.cpu.as_deref().filter(|_| distro && !args.debug) {
+        // A model of the matrix: check what it must make the kernel choose.
+        let expect = matrix_case(cpu, &args.vm.append).map_or(&[][..], |c| c.expect);
+        return cmd_one(args, true, expect);
+    }
     if !distro || args.vm.cpu.is_some() || args.debug {
         return cmd_one(args, true, &[]);
     }
@@ -168,6 +200,7 @@ impl TestArgs {
             jobs: self.jobs,
             test_timeout: self.test_timeout,
             budget: self.budget,
+            model: None,
             rotate: None,
             vm: VmOpts {
                 timeout: self.vm.timeout,
@@ -195,6 +228,7 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
         budget,
         vm: mut opts,
         rotate,
+        model: _,
     } = args;
     crate::kernel::set_debug(debug);
     if !(1..=8).contains(&jobs) {
@@ -357,7 +391,12 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
             }
         }
     }
-    if let Some(c) = &opts.cpu {
+    if let Some(c) = opts.cpu.as_ref().filter(|_| expect.is_empty()) {
+        println!(
+            "CPU model: -cpu {c} {}: not a model of the matrix, mitigations not checked",
+            opts.append
+        );
+    } else if let Some(c) = &opts.cpu {
         println!(
             "CPU model: -cpu {c} {}: {}",
             opts.append,
