@@ -98,6 +98,13 @@ impl Preempt {
         let Ok(mut sym) = SymBuf::new() else {
             return none;
         };
+        // With call-depth tracking (`retbleed=stuff`) the kernel makes direct calls go to
+        // the callee's padding (`__pfx___schedule`), where its accounting thunk falls
+        // through into the callee.
+        let pfx = match sym.lookup(sched - 1) {
+            Some(i) if i.name.starts_with("__pfx_") && i.offset < 64 => sched - 1 - i.offset,
+            _ => sched,
+        };
         // The `call __schedule` instructions of the two functions the thunks end up in.
         let mut at = none;
         let mut n = 0;
@@ -110,7 +117,7 @@ impl Preempt {
             if start == 0 || size == 0 {
                 return none;
             }
-            let Some(calls) = calls_to(start, size, sched) else {
+            let Some(calls) = calls_to(start, size, pfx..=sched) else {
                 return none;
             };
             for c in calls.into_iter().flatten() {
@@ -144,9 +151,13 @@ impl Preempt {
     }
 }
 
-/// The `call target` instructions of the function at `start` (`size` bytes, at most
+/// The calls into `target` (an address range) of the function at `start` (`size` bytes, at most
 /// 512; at most two calls; `None` if its code cannot be read or decoded).
-fn calls_to(start: u64, size: u64, target: u64) -> Option<[Option<u64>; 2]> {
+fn calls_to(
+    start: u64,
+    size: u64,
+    target: core::ops::RangeInclusive<u64>,
+) -> Option<[Option<u64>; 2]> {
     let mut code = [0u8; 512];
     let code = code.get_mut(..usize::try_from(size).ok()?)?;
     if !read_kernel(start, code) {
@@ -155,7 +166,7 @@ fn calls_to(start: u64, size: u64, target: u64) -> Option<[Option<u64>; 2]> {
     let mut out = [None; 2];
     let mut n = 0;
     decode::scan(code, start, |off, insn| {
-        if insn.flow == Flow::Call(target) {
+        if matches!(insn.flow, Flow::Call(t) if target.contains(&t)) {
             if let Some(o) = out.get_mut(n) {
                 *o = Some(start + u64::from(off));
             }
