@@ -338,6 +338,16 @@ pub(crate) fn body_start(func: u64) -> Option<u64> {
     Some(func + off as u64)
 }
 
+/// Where calls of `func` may point: with call-depth tracking (`retbleed=stuff`) the
+/// kernel points direct calls, static calls among them, at the callee's padding
+/// (`__pfx_<func>`), where its accounting thunk falls through into it.
+pub(crate) fn call_range(func: u64, sym: &mut SymBuf) -> core::ops::RangeInclusive<u64> {
+    match sym.lookup(func - 1) {
+        Some(i) if i.name.starts_with("__pfx_") && i.offset < 64 => (func - 1 - i.offset)..=func,
+        _ => func..=func,
+    }
+}
+
 /// Where the ftrace site of a function starts: after its `endbr64`, which the kernel
 /// seals (turns into the 4-byte nop `66 0f 1f 00`) in functions whose address is never
 /// taken, so both forms count.

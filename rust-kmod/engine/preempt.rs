@@ -11,6 +11,7 @@
 //! task are followed as for `schedule()`. Only preemptions hit them, not every context
 //! switch.
 
+use super::arming::call_range;
 use super::handlers::Hook;
 use super::table::FuncState;
 use super::{read_kernel, Tracer};
@@ -98,13 +99,8 @@ impl Preempt {
         let Ok(mut sym) = SymBuf::new() else {
             return none;
         };
-        // With call-depth tracking (`retbleed=stuff`) the kernel makes direct calls go to
-        // the callee's padding (`__pfx___schedule`), where its accounting thunk falls
-        // through into the callee.
-        let pfx = match sym.lookup(sched - 1) {
-            Some(i) if i.name.starts_with("__pfx_") && i.offset < 64 => sched - 1 - i.offset,
-            _ => sched,
-        };
+        // With call-depth tracking, calls of `__schedule()` point at its padding.
+        let sched_calls = call_range(sched, &mut sym);
         // The `call __schedule` instructions of the two functions the thunks end up in.
         let mut at = none;
         let mut n = 0;
@@ -117,7 +113,7 @@ impl Preempt {
             if start == 0 || size == 0 {
                 return none;
             }
-            let Some(calls) = calls_to(start, size, pfx..=sched) else {
+            let Some(calls) = calls_to(start, size, sched_calls.clone()) else {
                 return none;
             };
             for c in calls.into_iter().flatten() {

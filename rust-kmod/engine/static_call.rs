@@ -27,7 +27,7 @@
 //! call site cannot be checked, and a call from the innermost frame is assumed (unless a
 //! call just drawn as a leaf suppresses the frame below it: then nothing is drawn).
 
-use super::arming::never_probed;
+use super::arming::{call_range, never_probed};
 use super::handlers::Callee;
 use super::{read_kernel, read_word, tracer, Tracer, TracerInner, MAX_FRAMES};
 use crate::bindings;
@@ -48,6 +48,9 @@ pub(crate) const MAX_STATIC_HOOKS: usize = 256;
 pub(crate) struct StaticHook {
     /// The callee's start.
     func: u64,
+    /// Where a call of it may point: its start, or (call-depth tracking) its padding,
+    /// whose accounting thunk falls through into it; `pfx..=func`.
+    pfx: u64,
     /// Some refused site jumps to it (a tail call).
     tail: AtomicBool,
 }
@@ -83,14 +86,14 @@ impl ReturnHooks {
     }
 }
 
-/// Whether the 5 bytes at `site` are `call target` (`e8 rel32`).
-fn is_call_to(site: u64, target: u64) -> bool {
+/// Whether the 5 bytes at `site` are a call (`e8 rel32`) into `target`, an address range.
+fn is_call_to(site: u64, target: core::ops::RangeInclusive<u64>) -> bool {
     let mut b = [0u8; 5];
     if !read_kernel(site, &mut b) || b[0] != 0xe8 {
         return false;
     }
     let rel = i32::from_le_bytes([b[1], b[2], b[3], b[4]]);
-    site.wrapping_add(5).wrapping_add(rel as i64 as u64) == target
+    target.contains(&site.wrapping_add(5).wrapping_add(rel as i64 as u64))
 }
 
 impl Tracer {
@@ -126,6 +129,7 @@ impl Tracer {
         }
         let hook = StaticHook {
             func: callee,
+            pfx: *call_range(callee, sym).start(),
             tail: AtomicBool::new(tail),
         };
         let Ok(mut b) = KBox::pin(Probe::at(callee, hook), GFP_KERNEL) else {
@@ -176,7 +180,7 @@ impl Tracer {
         }
         let call_site = ret.wrapping_sub(5);
         let hooked = self.ret_hooks.contains(ret);
-        let (site, tail, site_sp) = if hooked || is_call_to(call_site, func) {
+        let (site, tail, site_sp) = if hooked || is_call_to(call_site, p.data.pfx..=func) {
             // A call: the caller ran at the stack pointer above the return address.
             let sp = entry_sp + 8;
             // Unchecked, a call whose probe drew it as a leaf (suppressing what runs
