@@ -147,8 +147,9 @@ impl Preempt {
     }
 }
 
-/// The calls into `target` (an address range) of the function at `start` (`size` bytes, at most
-/// 512; at most two calls; `None` if its code cannot be read or decoded).
+/// The calls into `target` (an address range) of the function at `start` (`size`
+/// bytes, at most 512; at most two calls; `None` if its code cannot be read or
+/// decoded).
 fn calls_to(
     start: u64,
     size: u64,

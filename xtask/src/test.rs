@@ -43,7 +43,7 @@ pub struct TestArgs {
     #[arg(long, value_name = "SECS", value_parser = secs)]
     pub budget: Option<Duration>,
     /// Distro profile: run on model N (1 to 6) of the CPU matrix only, with its kernel
-    /// command line and its mitigation checks (CI picks one per run)
+    /// command line and its mitigation checks
     #[arg(long, value_name = "N", conflicts_with = "cpu")]
     pub model: Option<usize>,
     #[command(flatten)]
@@ -121,7 +121,7 @@ pub const MATRIX: &[CpuCase] = &[
 /// Prints the mitigation state before the selftests (see [`CpuCase::expect`]).
 const PRINT_VULNERABILITIES: &str = "for f in /sys/devices/system/cpu/vulnerabilities/*; do echo \"vulnerability ${f##*/}: $(cat \"$f\")\"; done\n";
 
-/// The matrix case `-cpu CPU` with kernel command line `append` is, if any.
+/// The model of the matrix that `-cpu cpu` with kernel command line `append` is, if any.
 pub fn matrix_case(cpu: &str, append: &str) -> Option<&'static CpuCase> {
     MATRIX
         .iter()
