@@ -74,30 +74,6 @@ const TRAMP_UD: [u8; 3] = [0x0f, 0xb9, 0xcc];
 /// `relocate_kernel`.
 const KEXEC_CONTROL_CODE_MAX_SIZE: u64 = 2048;
 
-/// The vmlinux files to check: `FCTRACE_VMLINUX`, else every built one.
-fn find_vmlinuxes() -> Vec<PathBuf> {
-    if let Some(p) = std::env::var_os("FCTRACE_VMLINUX") {
-        return vec![PathBuf::from(p)];
-    }
-    let Some(cache) = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-    else {
-        return Vec::new();
-    };
-    let Ok(dir) = std::fs::read_dir(cache.join("fctrace")) else {
-        return Vec::new();
-    };
-    let mut found: Vec<PathBuf> = dir
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("build-"))
-        .map(|e| e.path().join("vmlinux"))
-        .filter(|p| p.is_file())
-        .collect();
-    found.sort();
-    found
-}
-
 /// A sized code symbol.
 struct Sym<'a> {
     name: &'a str,
@@ -1067,7 +1043,7 @@ impl Config {
 
 #[test]
 fn thunk_classification_of_every_patched_site() {
-    let paths = find_vmlinuxes();
+    let paths = common::find_vmlinuxes();
     if paths.is_empty() {
         println!("SKIP: no vmlinux (set FCTRACE_VMLINUX)");
         return;

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Decodes every function of the built test kernel's vmlinux by linear sweep
-//! and cross-checks each instruction against iced-x86.
+//! Decodes every function of each built test kernel's vmlinux (the default,
+//! debug and distro profiles: clang and GCC code) by linear sweep and
+//! cross-checks each instruction against iced-x86.
 //!
-//! The ELF comes from `FCTRACE_VMLINUX`, else the newest
+//! The ELF comes from `FCTRACE_VMLINUX`, else every
 //! `${XDG_CACHE_HOME:-$HOME/.cache}/fctrace/build-*/vmlinux`; without one the
 //! test prints `SKIP: no vmlinux (set FCTRACE_VMLINUX)` and passes.
 
@@ -11,23 +12,7 @@ mod common;
 use fctrace_decode::{Flow, Insn};
 use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SectionIndex, SymbolKind};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
-
-fn find_vmlinux() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("FCTRACE_VMLINUX") {
-        return Some(PathBuf::from(p));
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    let dir = std::fs::read_dir(cache.join("fctrace")).ok()?;
-    dir.filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("build-"))
-        .map(|e| e.path().join("vmlinux"))
-        .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
-        .max()
-        .map(|(_, p)| p)
-}
+use std::path::Path;
 
 struct Func<'a> {
     name: &'a str,
@@ -37,10 +22,16 @@ struct Func<'a> {
 
 #[test]
 fn every_vmlinux_function_matches_iced() {
-    let Some(path) = find_vmlinux() else {
+    let paths = common::find_vmlinuxes();
+    if paths.is_empty() {
         println!("SKIP: no vmlinux (set FCTRACE_VMLINUX)");
-        return;
-    };
+    }
+    for path in &paths {
+        check_vmlinux(path);
+    }
+}
+
+fn check_vmlinux(path: &Path) {
     let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let elf = object::File::parse(&*data).expect("parse vmlinux ELF");
 
@@ -180,10 +171,46 @@ fn every_vmlinux_function_matches_iced() {
         .and_then(|c| c.data().ok())
         .is_some_and(|c| c.windows(5).any(|w| w == b"GCC: "));
     if built_by_gcc {
-        println!("a GCC-built kernel: the clang-built test kernel's facts are not checked");
+        gcc_facts(&decoded, &by_name);
         return;
     }
     kernel_facts(&funcs, &decoded, &by_name);
+}
+
+/// What a GCC-built kernel with a distribution's mitigations (the distro profile) looks
+/// like in the file, before boot-time patching: functions return through `jmp
+/// __x86_return_thunk` (a plain `ret` is rare: code that must not use the thunk), and
+/// `call __fentry__` stays in the image after `endbr64` until ftrace turns it into a nop.
+fn gcc_facts(decoded: &HashMap<&str, Vec<(u32, Insn)>>, by_name: &HashMap<&str, u64>) {
+    let get = |n: &str| decoded.get(n).unwrap_or_else(|| panic!("no function {n}"));
+    let Some(&rt) = by_name.get("__x86_return_thunk") else {
+        println!("a GCC-built kernel without return thunks: its facts are not checked");
+        return;
+    };
+    let (mut thunk_rets, mut rets) = (0u64, 0u64);
+    for (_, i) in decoded.values().flatten() {
+        match i.flow {
+            Flow::Jmp(t) if t == rt => thunk_rets += 1,
+            Flow::Ret => rets += 1,
+            _ => {}
+        }
+    }
+    println!("GCC: {thunk_rets} `jmp __x86_return_thunk`, {rets} plain `ret`");
+    assert!(
+        thunk_rets > 10_000 && rets * 100 < thunk_rets,
+        "a GCC-built kernel with MITIGATION_RETHUNK returns through the thunk"
+    );
+    let fentry = by_name["__fentry__"];
+    let vfs_read = get("vfs_read");
+    assert!(
+        vfs_read[0].1.endbr64 && vfs_read[1].0 == 4 && vfs_read[1].1.flow == Flow::Call(fentry),
+        "vfs_read: no `call __fentry__` after endbr64: {:?}",
+        &vfs_read[..2]
+    );
+    assert!(
+        vfs_read.iter().any(|(_, i)| i.flow == Flow::Jmp(rt)),
+        "vfs_read does not return through __x86_return_thunk"
+    );
 }
 
 fn kernel_facts(

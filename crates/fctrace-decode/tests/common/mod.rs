@@ -8,6 +8,7 @@ use iced_x86::{
     Code, ConditionCode, Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, Mnemonic,
     OpKind, Register,
 };
+use std::path::PathBuf;
 
 /// Number (0..15) of a 64/32/16-bit general purpose register in iced.
 fn gpr(r: Register) -> Reg {
@@ -223,4 +224,28 @@ pub fn sweep(name: &str, bytes: &[u8], ip: u64) -> Sweep {
         "{name}: scan() differs from decode()"
     );
     s
+}
+
+/// The vmlinux files to check: `FCTRACE_VMLINUX`, else every built one.
+pub fn find_vmlinuxes() -> Vec<PathBuf> {
+    if let Some(p) = std::env::var_os("FCTRACE_VMLINUX") {
+        return vec![PathBuf::from(p)];
+    }
+    let Some(cache) = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+    else {
+        return Vec::new();
+    };
+    let Ok(dir) = std::fs::read_dir(cache.join("fctrace")) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = dir
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("build-"))
+        .map(|e| e.path().join("vmlinux"))
+        .filter(|p| p.is_file())
+        .collect();
+    found.sort();
+    found
 }
