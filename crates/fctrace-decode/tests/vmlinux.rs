@@ -32,7 +32,7 @@ fn every_vmlinux_function_matches_iced() {
 }
 
 fn check_vmlinux(path: &Path) {
-    let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let elf = object::File::parse(&*data).expect("parse vmlinux ELF");
 
     // Executable sections.
