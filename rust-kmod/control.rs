@@ -205,6 +205,9 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "probe_registration_us: {}", n(&s.register_ns) / 1000)?;
     writeln!(t, "probe_unregistrations: {}", n(&s.unregistrations))?;
     writeln!(t, "probe_unregistration_us: {}", n(&s.unregister_ns) / 1000)?;
+    writeln!(t, "returns_hooked: {}", n(&s.returns_hooked))?;
+    writeln!(t, "returns_unhooked: {}", n(&s.returns_unhooked))?;
+    writeln!(t, "returns_not_restored: {}", n(&s.returns_not_restored))?;
     writeln!(
         t,
         "late_int3_recovered: {}",

@@ -41,6 +41,9 @@ mod parse;
 #[path = "../crates/fctrace-core/src/record.rs"]
 mod record;
 #[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-core/src/retstack.rs"]
+mod retstack;
+#[allow(dead_code, unreachable_pub)]
 #[path = "../crates/fctrace-core/src/shadow.rs"]
 mod shadow;
 #[allow(dead_code, unreachable_pub)]

@@ -24,6 +24,11 @@
 #include <linux/sched/signal.h>
 #include <linux/sched/task_stack.h>
 #include <linux/sysfs.h>
+#include <linux/tracepoint.h>
+#include <linux/trace_clock.h>
+#include <linux/trace_recursion.h>
+#include <linux/delay.h>
+#include <asm/irq_stack.h>
 #include <linux/uaccess.h>
 #include <linux/workqueue.h>
 #include "helpers.h"
@@ -104,7 +109,12 @@ void fctrace_current_comm(u8 *comm16)
 
 u64 fctrace_clock(void)
 {
-	return local_clock();
+	/*
+	 * ftrace's "local" clock (sched_clock() with preemption off): notrace, unlike
+	 * local_clock(), which function_graph would show for a traced task whose returns
+	 * fctrace records (fctrace_return's handler runs in the task's context).
+	 */
+	return trace_clock_local();
 }
 
 u32 fctrace_cpu(void)
@@ -368,4 +378,117 @@ unsigned long fctrace_graph_ret_addr(unsigned long retp)
 	}
 #endif
 	return 0;
+}
+
+/* Hooked returns: see helpers.h and engine/returns.rs. */
+extern const u8 fctrace_return_site[];
+
+unsigned long fctrace_return_addr(void)
+{
+	return (unsigned long)fctrace_return_site;
+}
+
+unsigned long fctrace_stack_key(unsigned long addr)
+{
+	unsigned long top;
+
+	if (addr - (unsigned long)task_stack_page(current) < THREAD_SIZE)
+		return (unsigned long)current;
+	top = (unsigned long)__this_cpu_read(pcpu_hot.hardirq_stack_ptr) + 8;
+	if (top > IRQ_STACK_SIZE && addr - (top - IRQ_STACK_SIZE) < IRQ_STACK_SIZE)
+		return top;
+	return 0;
+}
+
+int fctrace_return_ctx(bool irqs)
+{
+	unsigned int pc = preempt_count();
+
+	if (pc & NMI_MASK)
+		return FCTRACE_CTX_NONE;
+	if (pc & HARDIRQ_MASK)
+		return irqs ? FCTRACE_CTX_HARDIRQ : FCTRACE_CTX_NONE;
+	if ((pc & SOFTIRQ_OFFSET) ||
+	    current_stack_pointer - (unsigned long)task_stack_page(current) >= THREAD_SIZE)
+		return irqs ? FCTRACE_CTX_SOFTIRQ : FCTRACE_CTX_NONE;
+	return FCTRACE_CTX_TASK;
+}
+
+bool fctrace_current_exiting(void)
+{
+	return current->flags & PF_EXITING;
+}
+
+unsigned long fctrace_irq_save(void)
+{
+	unsigned long flags;
+
+	local_irq_save(flags);
+	return flags;
+}
+
+void fctrace_irq_restore(unsigned long flags)
+{
+	local_irq_restore(flags);
+}
+
+bool fctrace_cmpxchg_word(unsigned long addr, unsigned long old, unsigned long new)
+{
+	return try_cmpxchg((unsigned long *)addr, &old, new);
+}
+
+void __noreturn fctrace_return_lost(unsigned long retp)
+{
+	panic("fctrace: a return through fctrace_return at %px has no saved address\n",
+	      (void *)retp);
+}
+
+static struct tracepoint *fctrace_exit_tp;
+
+static void fctrace_exit_probe(void *data, struct task_struct *p)
+{
+	fctrace_task_exit((unsigned long)p);
+}
+
+static void fctrace_find_exit_tp(struct tracepoint *tp, void *priv)
+{
+	if (!strcmp(tp->name, "sched_process_exit"))
+		*(struct tracepoint **)priv = tp;
+}
+
+int fctrace_exit_hook_register(void)
+{
+	int ret;
+
+	for_each_kernel_tracepoint(fctrace_find_exit_tp, &fctrace_exit_tp);
+	if (!fctrace_exit_tp)
+		return -ENOENT;
+	ret = tracepoint_probe_register(fctrace_exit_tp, fctrace_exit_probe, NULL);
+	if (ret)
+		fctrace_exit_tp = NULL;
+	return ret;
+}
+
+void fctrace_exit_hook_unregister(void)
+{
+	if (!fctrace_exit_tp)
+		return;
+	tracepoint_probe_unregister(fctrace_exit_tp, fctrace_exit_probe, NULL);
+	tracepoint_synchronize_unregister();
+	fctrace_exit_tp = NULL;
+}
+
+int fctrace_msleep_interruptible(unsigned int ms)
+{
+	return msleep_interruptible(ms);
+}
+
+int fctrace_recursion_lock(void)
+{
+	return ftrace_test_recursion_trylock(_THIS_IP_, _RET_IP_);
+}
+
+void fctrace_recursion_unlock(int bit)
+{
+	ftrace_test_recursion_unlock(bit);
 }

@@ -81,7 +81,41 @@ u32 fctrace_arm_seq(void);
 int fctrace_arm_sleep(u32 seq, unsigned int ms);
 void fctrace_arm_wake(void);
 
+/*
+ * Hooked returns (engine/returns.rs, trampoline.S): where a followed function returns to
+ * instead of its caller.
+ */
+unsigned long fctrace_return_addr(void);
+/*
+ * The stack a word at addr is on, as a key: the current task (its task_struct's address)
+ * for its own stack, this CPU's hard-interrupt stack (its top) for that one, 0 for any
+ * other (exception stacks) or none.
+ */
+unsigned long fctrace_stack_key(unsigned long addr);
+/* The context fctrace_return runs in: FCTRACE_CTX_* (interrupts only when irqs). */
+int fctrace_return_ctx(bool irqs);
+bool fctrace_current_exiting(void);
+unsigned long fctrace_irq_save(void);
+void fctrace_irq_restore(unsigned long flags);
+/* Replaces old with new at addr (a word of a live kernel stack); whether it did. */
+bool fctrace_cmpxchg_word(unsigned long addr, unsigned long old, unsigned long new);
+/* A return came through fctrace_return that fctrace has no address for: cannot go on. */
+void __noreturn fctrace_return_lost(unsigned long retp);
+/* The sched_process_exit tracepoint calls fctrace_task_exit() (module lifetime). */
+int fctrace_exit_hook_register(void);
+void fctrace_exit_hook_unregister(void);
+int fctrace_msleep_interruptible(unsigned int ms);
+/*
+ * ftrace's recursion protection around fctrace_return's handler, as ftrace callbacks
+ * have: functions it calls are not traced by function_graph for this task meanwhile.
+ * Returns a negative value when the context is inside a callback already.
+ */
+int fctrace_recursion_lock(void);
+void fctrace_recursion_unlock(int bit);
+
 /* Implemented in Rust. */
+void fctrace_task_exit(unsigned long task);
+unsigned long fctrace_return_handler(unsigned long sp, unsigned long rax);
 void fctrace_sync_work(void);
 void fctrace_reap_work(void);
 void fctrace_arm_pending(unsigned long flags);

@@ -322,10 +322,6 @@ impl<D> ProbeSet<D> {
         self.0.iter()
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.0.len()
-    }
-
     /// How many of the probes are registered.
     pub(crate) fn registered(&self) -> usize {
         self.0.iter().filter(|p| p.is_registered()).count()

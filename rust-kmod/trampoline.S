@@ -12,6 +12,9 @@
  */
 #include <linux/linkage.h>
 #include <asm/nospec-branch.h>
+#include <asm/unwind_hints.h>
+#include <asm/alternative.h>
+#include <asm/cpufeatures.h>
 
 	.text
 SYM_FUNC_START(fctrace_trampoline)
@@ -49,3 +52,58 @@ SYM_FUNC_END(fctrace_trampoline)
 SYM_FUNC_START(fctrace_ret_site)
 	RET
 SYM_FUNC_END(fctrace_ret_site)
+
+/*
+ * fctrace_return: where a function that a traced task called returns to (engine/returns.rs).
+ *
+ * When fctrace follows a call, it replaces the return address on the stack with
+ * fctrace_return_site and keeps the real one in the stack's return stack. The function's
+ * `ret` lands here with the stack pointer 8 bytes above that word. We save every register a
+ * function may return in or that special calling conventions keep (preemption thunks,
+ * user-copy routines and the like clobber nothing), and the flags, and with interrupts off
+ * call fctrace_return_handler(stack pointer, rax), which records the return and gives back
+ * the real return address. It goes into the word the `ret` took, and a `ret` goes there.
+ * Like function_graph's return_to_handler, that last `ret` bypasses call-depth
+ * accounting's return thunk: no call was accounted for it.
+ *
+ * The unwinder looks a return address up at the address before it, so the int3 before
+ * fctrace_return_site carries the hint that ends an unwind there.
+ */
+SYM_CODE_START(fctrace_return)
+	UNWIND_HINT_UNDEFINED
+	ANNOTATE_NOENDBR
+	int3
+SYM_INNER_LABEL(fctrace_return_site, SYM_L_GLOBAL)
+	UNWIND_HINT_UNDEFINED
+	ANNOTATE_NOENDBR
+	subq	$8, %rsp
+	UNWIND_HINT_FUNC
+	pushfq
+	cli
+	pushq	%rax
+	pushq	%rcx
+	pushq	%rdx
+	pushq	%rsi
+	pushq	%rdi
+	pushq	%r8
+	pushq	%r9
+	pushq	%r10
+	pushq	%r11
+	leaq	11*8(%rsp), %rdi	/* the stack pointer the ret left */
+	movq	%rax, %rsi		/* the return value */
+	call	fctrace_return_handler
+	movq	%rax, 10*8(%rsp)	/* the real return address, where the ret took ours */
+	popq	%r11
+	popq	%r10
+	popq	%r9
+	popq	%r8
+	popq	%rdi
+	popq	%rsi
+	popq	%rdx
+	popq	%rcx
+	popq	%rax
+	popfq
+	ALTERNATIVE __stringify(RET), \
+		    __stringify(ANNOTATE_UNRET_SAFE; ret; int3), \
+		    X86_FEATURE_CALL_DEPTH
+SYM_CODE_END(fctrace_return)

@@ -8,7 +8,7 @@ use super::policy::{is_denied, is_instrumentation};
 use super::table::{EntryId, FuncState};
 use super::{read_kernel, timed, Tracer, TracerInner};
 use crate::decode::{self, Flow};
-use crate::kprobe::{Batch, Probe, ProbeSet};
+use crate::kprobe::{Probe, ProbeSet};
 use crate::ksym::addr_of;
 use crate::ksym::SymBuf;
 use crate::parse::{self, FilterVerdict};
@@ -43,10 +43,6 @@ pub(crate) enum SiteKind {
     /// A conditional jump out of the function: a tail call when condition `cc` holds (to a
     /// retpoline thunk, `jne __x86_indirect_thunk_r11`, it is an indirect one).
     TailIf(Target, decode::Cond),
-    /// A return (`ret`, or a jump to the return thunk).
-    Ret,
-    /// A conditional jump to the return thunk: a return when condition `cc` holds.
-    RetIf(decode::Cond),
 }
 
 impl SiteKind {
@@ -202,18 +198,17 @@ impl Tracer {
                 let outside = |t: u64| t < start || t >= end;
                 let kind = match insn.flow {
                     Flow::Call(t) => classify_direct(t, Branch::Call, sym, &thunks)
-                        .map(|c| site_kind(c, SiteKind::Call, SiteKind::Ret)),
+                        .and_then(|c| site_kind(c, SiteKind::Call)),
                     Flow::CallReg(r) => Some(SiteKind::Call(Target::Reg(r))),
                     Flow::CallMem(m) => Some(SiteKind::Call(Target::Mem(m))),
                     Flow::Jmp(t) if outside(t) => classify_direct(t, Branch::Jump, sym, &thunks)
-                        .map(|c| site_kind(c, SiteKind::Tail, SiteKind::Ret)),
+                        .and_then(|c| site_kind(c, SiteKind::Tail)),
                     Flow::JmpReg(r) => Some(SiteKind::Tail(Target::Reg(r))),
                     Flow::JmpMem(m) => Some(SiteKind::Tail(Target::Mem(m))),
                     Flow::Jcc(t, Some(cc)) if outside(t) => {
                         classify_direct(t, Branch::Jump, sym, &thunks)
-                            .map(|c| site_kind(c, |t| SiteKind::TailIf(t, cc), SiteKind::RetIf(cc)))
+                            .and_then(|c| site_kind(c, |t| SiteKind::TailIf(t, cc)))
                     }
-                    Flow::Ret => Some(SiteKind::Ret),
                     Flow::Int3 if !terminal_before && !is_padding(&code, off) => {
                         // A breakpoint that is not padding: someone else probes this
                         // function; its bytes cannot be trusted.
@@ -244,8 +239,8 @@ impl Tracer {
                 sites = KVec::with_capacity(n, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
             }
         }
-        // Register. A return that cannot be probed would leave frames open: refuse the
-        // whole function then. A call site that cannot be probed is counted.
+        // Register. A call site that cannot be probed is counted; the function is armed
+        // all the same (its frames close through their hooked returns).
         let mut func = Func {
             sites: ProbeSet::new(sites),
             entry: 0,
@@ -256,15 +251,12 @@ impl Tracer {
         // callees get an entry hook (see `Tracer::on_static_entry`).
         let mut refused: [Option<(u64, bool)>; 8] = [None; 8];
         let mut n_refused = 0usize;
-        let complete = timed(&self.stats.register_ns, || {
+        timed(&self.stats.register_ns, || {
             let stats = &self.stats;
             func.sites.register_all(|site, ok| {
                 stats.registrations.fetch_add(1, Ordering::Relaxed);
                 if ok {
                     return true;
-                }
-                if matches!(site.kind, SiteKind::Ret | SiteKind::RetIf(_)) {
-                    return false;
                 }
                 stats.sites_unprobeable.fetch_add(1, Ordering::Relaxed);
                 if let Some(callee) = site.kind.direct_callee() {
@@ -279,11 +271,6 @@ impl Tracer {
                 true
             })
         });
-        if !complete || (func.sites.registered() == 0 && func.sites.len() != 0) {
-            let mut batch = Batch::new();
-            batch.add_set(&func.sites);
-            return Err(Reason::Unprobeable);
-        }
         for (callee, tail) in refused.into_iter().flatten() {
             self.add_static_hook(inner, callee, tail, sym);
         }
@@ -398,12 +385,12 @@ fn classify_direct(t: u64, b: Branch, sym: &mut SymBuf, thunks: &Thunks) -> Opti
 }
 
 /// The call-site kind for a branch of class `c`: `site` for a branch to a function or
-/// through a register, `ret` for a return.
-fn site_kind(c: Class, site: impl FnOnce(Target) -> SiteKind, ret: SiteKind) -> SiteKind {
+/// through a register; none for a return (returns are hooked, see `returns.rs`).
+fn site_kind(c: Class, site: impl FnOnce(Target) -> SiteKind) -> Option<SiteKind> {
     match c {
-        Class::Return => ret,
-        Class::Reg(r) => site(Target::Reg(r)),
-        Class::Direct(f) => site(Target::Direct(f)),
+        Class::Return => None,
+        Class::Reg(r) => Some(site(Target::Reg(r))),
+        Class::Direct(f) => Some(site(Target::Direct(f))),
     }
 }
 

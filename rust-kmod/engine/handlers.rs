@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The probe handlers: call, jump and return sites of armed functions, the start
-//! function's entry, the system-call dispatcher, interrupt entries, exit and fork. They
-//! run in int3 (or ftrace) context with interrupts off: no sleeping, no allocation, no
-//! unbounded loop. (The preemption hooks' handler is in `preempt.rs`.)
+//! The probe handlers: call and jump sites of armed functions, the start function's entry,
+//! the system-call dispatcher, interrupt entries, exit and fork. They run in int3 (or
+//! ftrace) context with interrupts off: no sleeping, no allocation, no unbounded loop.
+//! (The preemption hooks' handler is in `preempt.rs`; returns come through
+//! `fctrace_return`, see `returns.rs`.)
 
 use super::arming::{SiteData, SiteKind, Target};
 use super::table::FuncState;
@@ -133,7 +134,11 @@ fn open_tree(rec: &Recorder<'_>, d: &mut TaskData, func: u64, sp: u64) -> bool {
     }
     d.stack.end_suppression();
     d.wait.last_redirect = 0;
-    d.stack.open(rec, func, 0, 0, sp, false)
+    let opened = d.stack.open(rec, func, 0, 0, sp, false);
+    if opened {
+        rec.tr.hook_return(sp);
+    }
+    opened
 }
 
 impl Tracer {
@@ -187,45 +192,29 @@ impl Tracer {
             return 0;
         }
         let rec = self.recorder(&cur);
-        if let SiteKind::RetIf(cc) = site.kind {
-            if !cc.holds(regs.flags as u64) {
-                return 0;
-            }
+        // Frames opened below this stack pointer have returned without fctrace seeing it
+        // (their return could not be hooked, or they left through a path that does not
+        // return): close them before drawing this call.
+        d.stack.close_stale(&rec, sp);
+        let Some(top) = d.stack.top() else {
+            self.release_if_done(slot, d);
+            return 0;
+        };
+        // A call site counts only in the function the task is known to be in (its
+        // innermost frame). Others run below it without a call fctrace saw: the scheduler
+        // entered from an interrupt's return (preempt_schedule_irq() is called from
+        // noinstr code), or a callee reached through a call site kprobes refused. Drawing
+        // them as calls of the interrupted function would be wrong.
+        if top.func != site.func {
+            return 0;
         }
-        if !matches!(site.kind, SiteKind::Ret | SiteKind::RetIf(_)) {
-            // Frames opened below this stack pointer have returned without a probe
-            // seeing it (they ended in a tail call that was not followed, or left
-            // through a path no probe covers): close them before drawing this call.
-            d.stack.close_stale(&rec, sp);
-            let Some(top) = d.stack.top() else {
-                self.release_if_done(slot, d);
-                return 0;
-            };
-            // A call site counts only in the function the task is known to be in (its
-            // innermost frame). Others run below it without a call fctrace saw: the
-            // scheduler entered from an interrupt's return (preempt_schedule_irq() is
-            // called from noinstr code), or a callee reached through a call site kprobes
-            // refused. Drawing them as calls of the interrupted function would be wrong.
-            if top.func != site.func {
-                return 0;
-            }
-            // lossless: the buffer is filling faster than the reader empties it; the task
-            // waits in the trampoline, then makes this call again (and it is recorded).
-            if cur.sleepable && d.wait.last_throttle != site.addr && self.should_throttle() {
-                self.redirect_throttle(d, regs, site.addr);
-                return 1;
-            }
+        // lossless: the buffer is filling faster than the reader empties it; the task
+        // waits in the trampoline, then makes this call again (and it is recorded).
+        if cur.sleepable && d.wait.last_throttle != site.addr && self.should_throttle() {
+            self.redirect_throttle(d, regs, site.addr);
+            return 1;
         }
         let (target, tail, indirect) = match site.kind {
-            SiteKind::Ret | SiteKind::RetIf(_) => {
-                d.wait.last_redirect = 0;
-                d.wait.last_throttle = 0;
-                let retval_on = self.settings.option(OptionName::Retval);
-                d.stack
-                    .close_returning(&rec, sp, site.addr, regs.ax as u64, retval_on);
-                self.release_if_done(slot, d);
-                return 0;
-            }
             SiteKind::Call(t) => (
                 resolve_target(t, regs, site),
                 false,
@@ -266,17 +255,20 @@ impl Tracer {
         }
         let entry_sp = if tail { sp } else { sp - 8 };
         match callee {
-            Callee::Follow => {
-                d.stack
-                    .open(&rec, target, site.addr, flags, entry_sp, false);
+            // A preemption thunk's frame holds what `Hook::Preempt` sees of the scheduler.
+            Callee::Follow | Callee::Thunk => {
+                let thunk = matches!(callee, Callee::Thunk);
+                if d.stack
+                    .open(&rec, target, site.addr, flags, entry_sp, thunk)
+                    && !tail
+                {
+                    // The handler makes the call, with the return hooked. (A tail call's
+                    // callee returns through the word its caller's return was hooked in.)
+                    self.hooked_call(regs, site.addr + u64::from(site.len), target);
+                    return 1;
+                }
             }
             Callee::Hide => d.stack.suppress(sp, tail),
-            // A preemption point: its frame holds what `Hook::Preempt` sees of the
-            // scheduler. The thunk's return is not probed, so the frame closes, as
-            // expected, when the task is next seen above it.
-            Callee::Thunk => {
-                d.stack.open(&rec, target, site.addr, flags, entry_sp, true);
-            }
             Callee::Leaf(r) | Callee::Unarmed(r) => {
                 d.stack.leaf(&rec, r, flags, target, site.addr, sp, tail)
             }
@@ -380,7 +372,11 @@ impl Tracer {
         match callee {
             Callee::Follow => {
                 d.stack.end_suppression();
-                d.stack.open(&rec, target, hook_addr, 0, sp, false);
+                if d.stack.open(&rec, target, hook_addr, 0, sp, false) {
+                    // x64_sys_call() tail-calls (or calls) the system call here: its own
+                    // return is the system call's.
+                    self.hook_return(sp);
+                }
                 return 0;
             }
             Callee::Wait => {

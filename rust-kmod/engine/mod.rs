@@ -20,6 +20,8 @@
 //! - [`handlers`]: the probe handlers (call sites, the start function, system calls,
 //!   interrupts, preemption, exit and fork).
 //! - [`arming`]: decoding a function and registering its probes.
+//! - [`returns`]: hooked returns (the traced task's return addresses replaced with
+//!   `fctrace_return`), so that no `ret` carries a probe.
 //! - [`wait`]: the trampoline handshake, arming ahead, lossless throttling, work items.
 //! - [`session`]: tracing on and off, lazy disarming.
 //! - [`preempt`]: the preemption path's thunks and hooks.
@@ -31,6 +33,7 @@ mod arming;
 mod handlers;
 mod policy;
 mod preempt;
+mod returns;
 mod session;
 mod static_call;
 mod table;
@@ -82,10 +85,10 @@ pub(crate) fn tracer() -> Option<&'static Tracer> {
     unsafe { p.as_ref() }
 }
 
-/// The scheduler clock in ns (`local_clock()`): the trace's timestamps, durations and
-/// idle times. Any context, NMI included.
+/// The scheduler clock in ns (`trace_clock_local()`, ftrace's default clock): the trace's
+/// timestamps, durations and idle times. Any context, NMI included.
 pub(crate) fn clock_ns() -> u64 {
-    // SAFETY: a C wrapper of `local_clock()`, which has no preconditions.
+    // SAFETY: a C wrapper of `trace_clock_local()`, which has no preconditions.
     unsafe { bindings::fctrace_clock() }
 }
 
@@ -153,6 +156,12 @@ pub(crate) struct Stats {
     /// Probes unregistered while tracing (lazy disarming) and the time that took (ns).
     pub(crate) unregistrations: AtomicU64,
     pub(crate) unregister_ns: AtomicU64,
+    /// Returns hooked (the return address replaced with `fctrace_return`), those that
+    /// could not be (a return stack full, or all taken), and words that could not be put
+    /// back when tracing stopped (another tracer's return hook had taken them over).
+    pub(crate) returns_hooked: AtomicU64,
+    pub(crate) returns_unhooked: AtomicU64,
+    pub(crate) returns_not_restored: AtomicU64,
 }
 
 /// The settings a user changes with the control files that take effect at once.
@@ -259,6 +268,8 @@ pub(crate) struct Tracer {
     preempt: preempt::Preempt,
     /// Where return hooks (function_graph's, kretprobes') send returns.
     ret_hooks: static_call::ReturnHooks,
+    /// The return addresses fctrace replaced, per stack.
+    returns: returns::Returns,
     pub(crate) stats: Stats,
 }
 
@@ -355,6 +366,7 @@ impl TracerHandle {
     pub(crate) fn new() -> Result<Self> {
         let table = table::FuncTable::new()?;
         let trees = tree::Trees::new()?;
+        let returns = returns::Returns::new()?;
         let buf = Buffer::new(DEFAULT_BUFFER_KB * 1024)?;
         let tracer = KBox::pin_init(
             pin_init!(Tracer {
@@ -373,11 +385,21 @@ impl TracerHandle {
                 waits: wait::Waits::new(),
                 preempt: preempt::Preempt::new(),
                 ret_hooks: static_call::ReturnHooks::new(),
+                returns,
                 stats: Stats::default(),
             }),
             GFP_KERNEL,
         )?;
         TRACER.store(&*tracer as *const Tracer as *mut Tracer, Ordering::Release);
+        // A task that exits leaves its hooked returns behind: the tracepoint drops them
+        // before its stack is freed, for as long as the module is loaded.
+        // SAFETY: a C helper registering a tracepoint probe of this module; unregistered
+        // in `drop` (or right here on failure, when `TRACER` is cleared again).
+        let r = unsafe { bindings::fctrace_exit_hook_register() };
+        if r != 0 {
+            TRACER.store(core::ptr::null_mut(), Ordering::Release);
+            return Err(Error::from_errno(r));
+        }
         Ok(TracerHandle(tracer))
     }
 }
@@ -387,6 +409,9 @@ impl Drop for TracerHandle {
         let tr: &Tracer = &self.0;
         tr.deactivate(&mut tr.lock());
         tr.wait_idle();
+        tr.wait_returns();
+        // SAFETY: registered in `new`; waits for running probes of the tracepoint.
+        unsafe { bindings::fctrace_exit_hook_unregister() };
         TRACER.store(core::ptr::null_mut(), Ordering::Release);
     }
 }

@@ -163,7 +163,7 @@ fn calls_to(
     let mut out = [None; 2];
     let mut n = 0;
     decode::scan(code, start, |off, insn| {
-        if matches!(insn.flow, Flow::Call(t) if target.contains(&t)) {
+        if insn.len == 5 && matches!(insn.flow, Flow::Call(t) if target.contains(&t)) {
             if let Some(o) = out.get_mut(n) {
                 *o = Some(start + u64::from(off));
             }
@@ -208,7 +208,12 @@ impl Tracer {
         let rec = self.recorder(&cur);
         match self.table.lookup(func) {
             FuncState::Armed => {
-                d.stack.open(&rec, func, site, 0, sp, false);
+                if d.stack.open(&rec, func, site, 0, sp, false) {
+                    // The probe sits on a 5-byte `call rel32` (`calls_to`): the handler
+                    // makes the call, with the return hooked.
+                    self.hooked_call(regs, site + 5, func);
+                    return 1;
+                }
             }
             // Not armed (yet, or any more): the scheduler runs with preemption off, so it
             // is armed ahead, like any callee first called in atomic context.

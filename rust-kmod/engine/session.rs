@@ -44,6 +44,8 @@ impl Tracer {
             }
         };
         self.root.store(root.unwrap_or(0), Ordering::Relaxed);
+        // Entries of returns put back when tracing last stopped go now.
+        self.drop_restored_returns();
         inner.thunks = find_thunks();
         self.ret_hooks.resolve();
         // No task may keep state from an earlier session.
@@ -149,6 +151,8 @@ impl Tracer {
             }
             // Dropping the batch unregisters all at once; after that no handler runs.
         }
+        // So no return is hooked any more: put back those still on the stacks.
+        self.restore_returns();
         inner.hooks = KVec::new();
         inner.static_hooks = KVec::new();
         self.stats.static_hooks.store(0, Ordering::Relaxed);

@@ -29,6 +29,7 @@
 
 use super::arming::{call_range, never_probed};
 use super::handlers::Callee;
+use super::returns::{return_site, stack_key};
 use super::{read_kernel, read_word, tracer, Tracer, TracerInner, MAX_FRAMES};
 use crate::bindings;
 use crate::kprobe::{Handler, Probe};
@@ -171,7 +172,13 @@ impl Tracer {
             return 0;
         };
         let rec = self.recorder(&cur);
-        if self.ret_hooks.contains(ret) {
+        let ours = self.returns.saved(stack_key(entry_sp), entry_sp);
+        if let Some(saved) = ours.filter(|_| ret == return_site() || self.ret_hooks.contains(ret)) {
+            // Our own hooked word (function_graph may have replaced our address in turn):
+            // the probe of a call site made this call (its frame is open), or the innermost
+            // frame, whose return is hooked, jumped here.
+            ret = saved;
+        } else if self.ret_hooks.contains(ret) {
             // SAFETY: a C helper reading the current task's own function_graph stack.
             let saved = unsafe { bindings::fctrace_graph_ret_addr(entry_sp as _) } as u64;
             if saved != 0 && !self.ret_hooks.contains(saved) {
@@ -231,7 +238,9 @@ impl Tracer {
         }
         match self.classify_call(&cur, d, func, site, tail) {
             Callee::Follow | Callee::Thunk => {
-                d.stack.open(&rec, func, site, flags, entry_sp, false);
+                if d.stack.open(&rec, func, site, flags, entry_sp, false) && !tail {
+                    self.hook_return(entry_sp);
+                }
             }
             Callee::Hide => d.stack.suppress(site_sp, tail),
             Callee::Leaf(r) | Callee::Unarmed(r) => {

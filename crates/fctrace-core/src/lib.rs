@@ -10,4 +10,5 @@
 pub mod format;
 pub mod parse;
 pub mod record;
+pub mod retstack;
 pub mod shadow;

@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The return stack of one kernel stack: the return addresses fctrace replaced with its
+//! return trampoline (`fctrace_return`), and what they were.
+//!
+//! When a traced task calls a followed function, fctrace puts the address of its return
+//! trampoline where the call's return address goes, and keeps the real one here, keyed by
+//! the address of that stack word (`retp`). The function's `ret` then lands in the
+//! trampoline, which pops the entry by the stack pointer it arrives with and goes on to
+//! the real return address. That is how returns are seen without a breakpoint on any
+//! `ret` (the same idea as function_graph's `return_to_handler`).
+//!
+//! A stack grows down, so the live entries' `retp` decrease from the oldest to the newest.
+//! An entry whose word the stack has unwound past without returning through it is dead;
+//! [`RetStack::push`] drops those (any entry at or below the new `retp`), and
+//! [`RetStack::pop`] drops the ones above the entry it returns through.
+//!
+//! When tracing stops, the replaced words still on the stack are put back
+//! ([`RetStack::restore`], with a compare-and-exchange on each: the task may be running);
+//! the entries stay, marked restored, for a task that had already returned through one of
+//! them and is on its way through the trampoline, until they can be dropped
+//! ([`RetStack::drop_restored`]).
+//!
+//! Nothing here allocates or panics.
+
+/// The most replaced return addresses one stack holds (one per open frame at most).
+pub const MAX_RETS: usize = 128;
+
+/// One replaced return address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hooked {
+    /// The address of the stack word that held the return address.
+    pub retp: u64,
+    /// The return address it held.
+    pub orig: u64,
+    /// The word was put back ([`RetStack::restore`]).
+    pub restored: bool,
+}
+
+impl Hooked {
+    const EMPTY: Hooked = Hooked {
+        retp: 0,
+        orig: 0,
+        restored: false,
+    };
+}
+
+/// The replaced return addresses of one stack, oldest first.
+pub struct RetStack {
+    n: usize,
+    e: [Hooked; MAX_RETS],
+}
+
+impl RetStack {
+    /// An empty stack.
+    pub const EMPTY: RetStack = RetStack {
+        n: 0,
+        e: [Hooked::EMPTY; MAX_RETS],
+    };
+
+    /// The number of entries.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Whether there is no entry.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The entries, oldest first.
+    pub fn entries(&self) -> &[Hooked] {
+        self.e.get(..self.n).unwrap_or(&[])
+    }
+
+    /// Records that the word at `retp`, holding `orig`, is about to be replaced. Entries at
+    /// or below `retp` are dead (the stack unwound past them) and go first. Returns false,
+    /// changing nothing, when the stack is full: the caller must then leave the word alone.
+    pub fn push(&mut self, retp: u64, orig: u64) -> bool {
+        let mut n = self.n;
+        while n > 0 && self.e.get(n - 1).is_some_and(|h| h.retp <= retp) {
+            n -= 1;
+        }
+        let Some(slot) = self.e.get_mut(n) else {
+            return false;
+        };
+        *slot = Hooked {
+            retp,
+            orig,
+            restored: false,
+        };
+        self.n = n + 1;
+        true
+    }
+
+    /// A `ret` through the word at `retp` arrived in the trampoline: pops its entry, and
+    /// the dead ones above it, and returns the address it held. `None` (nothing changed)
+    /// when no entry has this `retp`.
+    pub fn pop(&mut self, retp: u64) -> Option<u64> {
+        let i = self.entries().iter().rposition(|h| h.retp == retp)?;
+        let orig = self.e.get(i)?.orig;
+        self.n = i;
+        Some(orig)
+    }
+
+    /// The address the word at `retp` held, if it was replaced (and not restored).
+    pub fn find(&self, retp: u64) -> Option<u64> {
+        self.entries()
+            .iter()
+            .rev()
+            .find(|h| h.retp == retp && !h.restored)
+            .map(|h| h.orig)
+    }
+
+    /// Puts the replaced words back: for each entry not restored yet,
+    /// `put_back(retp, orig)` replaces the trampoline's address at `retp` with `orig` if it
+    /// is still there (a compare-and-exchange) and says whether it was. Entries are kept,
+    /// those put back marked restored (see the module documentation). Returns how many
+    /// words could not be put back: another tracer's return hook replaced the trampoline's
+    /// address in turn (and will return to it), so their entries stay live.
+    pub fn restore(&mut self, mut put_back: impl FnMut(u64, u64) -> bool) -> usize {
+        let n = self.n;
+        let mut missed = 0;
+        for h in self.e.iter_mut().take(n).filter(|h| !h.restored) {
+            if put_back(h.retp, h.orig) {
+                h.restored = true;
+            } else {
+                missed += 1;
+            }
+        }
+        missed
+    }
+
+    /// Whether an entry was not put back by [`RetStack::restore`] (or was pushed since):
+    /// a return may still come through the trampoline for it.
+    pub fn has_live(&self) -> bool {
+        self.entries().iter().any(|h| !h.restored)
+    }
+
+    /// Whether an entry is restored (and may be dropped once no return is in flight).
+    pub fn has_restored(&self) -> bool {
+        self.entries().iter().any(|h| h.restored)
+    }
+
+    /// Drops the restored entries (nothing can return through them any more).
+    pub fn drop_restored(&mut self) {
+        let n = self.n;
+        let mut k = 0;
+        for i in 0..n {
+            if let Some(&h) = self.e.get(i) {
+                if !h.restored {
+                    if let Some(d) = self.e.get_mut(k) {
+                        *d = h;
+                    }
+                    k += 1;
+                }
+            }
+        }
+        self.n = k;
+    }
+
+    /// Drops every entry (the stack's task exits: none of them returns).
+    pub fn clear(&mut self) {
+        self.n = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use super::*;
+    use std::vec::Vec;
+
+    fn retps(s: &RetStack) -> Vec<u64> {
+        s.entries().iter().map(|h| h.retp).collect()
+    }
+
+    #[test]
+    fn returns_pop_in_order_with_their_addresses() {
+        let mut s = RetStack::EMPTY;
+        assert!(s.push(0x1000, 0xa));
+        assert!(s.push(0xf00, 0xb));
+        assert!(s.push(0xe00, 0xc));
+        assert_eq!(s.pop(0xe00), Some(0xc));
+        assert_eq!(s.pop(0xf00), Some(0xb));
+        assert_eq!(s.pop(0x1000), Some(0xa));
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn an_unknown_return_changes_nothing() {
+        let mut s = RetStack::EMPTY;
+        s.push(0x1000, 0xa);
+        s.push(0xf00, 0xb);
+        assert_eq!(s.pop(0xf08), None);
+        assert_eq!(retps(&s), [0x1000, 0xf00]);
+    }
+
+    #[test]
+    fn a_return_through_an_outer_word_drops_the_dead_inner_entries() {
+        let mut s = RetStack::EMPTY;
+        s.push(0x1000, 0xa);
+        s.push(0xf00, 0xb);
+        s.push(0xe00, 0xc);
+        // The frames at 0xe00 and 0xf00 were left without returning through their words.
+        assert_eq!(s.pop(0x1000), Some(0xa));
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_push_drops_entries_at_or_below_it() {
+        let mut s = RetStack::EMPTY;
+        s.push(0x1000, 0xa);
+        s.push(0xf00, 0xb);
+        s.push(0xe00, 0xc);
+        // The stack unwound to above 0xf00 unseen; a new call's word at 0xf00 replaces both.
+        assert!(s.push(0xf00, 0xd));
+        assert_eq!(retps(&s), [0x1000, 0xf00]);
+        assert_eq!(s.pop(0xf00), Some(0xd));
+    }
+
+    #[test]
+    fn a_full_stack_refuses_and_keeps_its_entries() {
+        let mut s = RetStack::EMPTY;
+        for i in 0..MAX_RETS as u64 {
+            assert!(s.push(0x10_0000 - 8 * i, i));
+        }
+        assert!(!s.push(0x1000, 0xff));
+        assert_eq!(s.len(), MAX_RETS);
+        assert_eq!(
+            s.pop(0x10_0000 - 8 * (MAX_RETS as u64 - 1)),
+            Some(MAX_RETS as u64 - 1)
+        );
+        assert!(s.push(0x1000, 0xff));
+    }
+
+    #[test]
+    fn restore_puts_back_each_word_once_and_keeps_the_entries_for_returns_in_flight() {
+        let mut s = RetStack::EMPTY;
+        s.push(0x1000, 0xa);
+        s.push(0xf00, 0xb);
+        let mut put = Vec::new();
+        let missed = s.restore(|retp, orig| {
+            put.push((retp, orig));
+            true
+        });
+        assert_eq!(missed, 0);
+        assert_eq!(put, [(0x1000, 0xa), (0xf00, 0xb)]);
+        assert_eq!(s.find(0x1000), None, "restored entries are not found");
+        assert!(s.has_restored() && !s.has_live());
+        // A task that had returned through 0xf00 before the restore still gets its address.
+        assert_eq!(s.pop(0xf00), Some(0xb));
+        // A second restore touches nothing.
+        assert_eq!(s.restore(|_, _| panic!("restored twice")), 0);
+        s.drop_restored();
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_word_another_hook_took_over_stays_live_and_is_tried_again() {
+        let mut s = RetStack::EMPTY;
+        s.push(0x1000, 0xa);
+        s.push(0xf00, 0xb);
+        // function_graph replaced the trampoline's address at 0xf00 with its own.
+        assert_eq!(s.restore(|retp, _| retp != 0xf00), 1);
+        assert!(s.has_live());
+        assert_eq!(s.find(0xf00), Some(0xb));
+        s.drop_restored();
+        assert_eq!(retps(&s), [0xf00]);
+        let mut tried = Vec::new();
+        assert_eq!(
+            s.restore(|retp, _| {
+                tried.push(retp);
+                true
+            }),
+            0
+        );
+        assert_eq!(tried, [0xf00]);
+        assert!(!s.has_live());
+    }
+
+    #[test]
+    fn drop_restored_keeps_newer_entries() {
+        let mut s = RetStack::EMPTY;
+        s.push(0x1000, 0xa);
+        s.restore(|_, _| true);
+        s.push(0xf00, 0xb);
+        s.drop_restored();
+        assert_eq!(retps(&s), [0xf00]);
+        assert_eq!(s.find(0xf00), Some(0xb));
+        s.clear();
+        assert!(s.is_empty());
+    }
+}

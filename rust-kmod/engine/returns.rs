@@ -1,0 +1,420 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Hooked returns: how fctrace sees a followed function return without a breakpoint on
+//! its `ret`.
+//!
+//! When a traced task's call is followed, the return address on the stack is replaced with
+//! `fctrace_return_site` (trampoline.S) and the real one kept in a [`RetStack`] of that
+//! stack (`crates/fctrace-core/src/retstack.rs`): for a call site, the handler emulates the
+//! call itself, pushing the trampoline's address; at an entry (the start function, a
+//! system call, an interrupt entry, a static call's callee) it replaces the word on top of
+//! the stack. The `ret` lands in the trampoline, which calls [`fctrace_return_handler`]:
+//! it pops the real address, closes the frames returning now, and the trampoline goes on
+//! there. A tail call leaves the word alone (it holds the trampoline's address already),
+//! so a chain of tail calls returns through it once.
+//!
+//! One return stack per kernel stack that has replaced words: a task's own (keyed by its
+//! `task_struct`), or a CPU's hard-interrupt stack (keyed by its top; softirqs run there
+//! too, and interrupts nest on it in order). A stack's return stack is only changed by
+//! code running on that stack, with interrupts off, except when tracing stops: then every
+//! word still replaced is put back with a compare-and-exchange ([`Tracer::restore_returns`]),
+//! the task may be running, and each return stack has a small lock for that.
+//!
+//! Lifetimes: a task that exits leaves its words behind; the `sched_process_exit`
+//! tracepoint, hooked for as long as the module is loaded, drops its return stack before
+//! its stack is freed (after `PF_EXITING` no word is replaced any more). A task that
+//! returned through the trampoline just before tracing stopped may still be on its way
+//! through it: the restored entries stay until an RCU-tasks grace period has passed (at the
+//! next activation, and on unload).
+
+use super::tree::{Ctx, Cur};
+use super::{tracer, Tracer, MAX_TASKS};
+use crate::bindings;
+use crate::kprobe;
+use crate::parse::OptionName;
+use crate::retstack::RetStack;
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use kernel::alloc::KVVec;
+use kernel::prelude::*;
+
+/// The return stack of one kernel stack.
+///
+/// # Invariants
+///
+/// `rets` is only accessed with `lock` held and interrupts off on this CPU ([`RetSlot::with`]).
+/// `key` changes only under the lock.
+struct RetSlot {
+    /// The stack's key (`fctrace_stack_key()`), 0 = free.
+    key: AtomicU64,
+    lock: AtomicBool,
+    rets: UnsafeCell<RetStack>,
+}
+
+// SAFETY: `rets` is only accessed under `lock` (see the invariant).
+unsafe impl Sync for RetSlot {}
+
+impl RetSlot {
+    /// Runs `f` on the return stack with the lock held and interrupts off. The lock is held
+    /// for a few loads and stores by anyone, so the spin is short.
+    fn with<R>(&self, f: impl FnOnce(&mut RetStack) -> R) -> R {
+        // SAFETY: a C wrapper of local_irq_save(), restored below.
+        let flags = unsafe { bindings::fctrace_irq_save() };
+        while self
+            .lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            core::hint::spin_loop();
+        }
+        // SAFETY: the lock is held and interrupts are off: nobody else accesses `rets`.
+        let r = f(unsafe { &mut *self.rets.get() });
+        self.lock.store(false, Ordering::Release);
+        // SAFETY: restores what fctrace_irq_save() saved above.
+        unsafe { bindings::fctrace_irq_restore(flags) };
+        r
+    }
+}
+
+/// Every return stack.
+pub(crate) struct Returns {
+    slots: KVVec<RetSlot>,
+    /// Some entries were restored and wait for a grace period to be dropped.
+    restored: AtomicBool,
+}
+
+impl Returns {
+    pub(crate) fn new() -> Result<Self> {
+        // SAFETY: reading a variable that is set once during boot.
+        let n = MAX_TASKS + unsafe { bindings::nr_cpu_ids } as usize;
+        let mut slots = KVVec::with_capacity(n, GFP_KERNEL)?;
+        for _ in 0..n {
+            slots.push(
+                RetSlot {
+                    key: AtomicU64::new(0),
+                    lock: AtomicBool::new(false),
+                    rets: UnsafeCell::new(RetStack::EMPTY),
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        Ok(Returns {
+            slots,
+            restored: AtomicBool::new(false),
+        })
+    }
+
+    /// Runs `f` on the return stack of stack `key`, if it has one (see [`RetSlot::with`]).
+    fn with_key<R>(&self, key: u64, f: impl FnOnce(&RetSlot, &mut RetStack) -> R) -> Option<R> {
+        let mut f = Some(f);
+        for s in self.slots.iter() {
+            if s.key.load(Ordering::Acquire) != key {
+                continue;
+            }
+            // The key is checked again under the lock: activation may free the slot (and
+            // another stack claim it) in between.
+            let r = s.with(|r| {
+                if s.key.load(Ordering::Relaxed) != key {
+                    return None;
+                }
+                f.take().map(|f| f(s, r))
+            });
+            if r.is_some() {
+                return r;
+            }
+        }
+        None
+    }
+
+    /// Records that the word at `retp` of the stack `key` (holding `orig`) is replaced.
+    /// Called on that stack; false when there is no room (the word is then left alone).
+    fn push(&self, key: u64, retp: u64, orig: u64) -> bool {
+        if let Some(ok) = self.with_key(key, |_, r| r.push(retp, orig)) {
+            return ok;
+        }
+        // Only this stack's own code claims a slot for it, so it cannot be claimed twice.
+        for s in self.slots.iter() {
+            if s.key.load(Ordering::Relaxed) != 0 {
+                continue;
+            }
+            let claimed = s.with(|r| {
+                if s.key.load(Ordering::Relaxed) != 0 {
+                    return false;
+                }
+                r.clear();
+                s.key.store(key, Ordering::Release);
+                r.push(retp, orig)
+            });
+            if claimed {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// A `ret` through the word at `retp` of stack `key`: its real return address.
+    fn pop(&self, key: u64, retp: u64) -> Option<u64> {
+        self.with_key(key, |s, r| {
+            let orig = r.pop(retp);
+            if r.is_empty() {
+                s.key.store(0, Ordering::Release);
+            }
+            orig
+        })?
+    }
+
+    /// The real return address of the word at `retp` of stack `key`, if it is replaced.
+    pub(crate) fn saved(&self, key: u64, retp: u64) -> Option<u64> {
+        self.with_key(key, |_, r| r.find(retp))?
+    }
+
+    /// A task exits: none of its replaced words will be returned through.
+    fn forget(&self, key: u64) {
+        self.with_key(key, |s, r| {
+            r.clear();
+            s.key.store(0, Ordering::Release);
+        });
+    }
+
+    /// Prints the return stack of `key` (a return without an entry is about to panic).
+    fn dump(&self, key: u64, retp: u64) {
+        pr_emerg!("fctrace: return at {:#x}, stack key {:#x}\n", retp, key);
+        let found = self.with_key(key, |_, r| {
+            for h in r.entries() {
+                pr_emerg!(
+                    "fctrace:   retp {:#x} orig {:#x} restored {}\n",
+                    h.retp,
+                    h.orig,
+                    h.restored
+                );
+            }
+        });
+        if found.is_none() {
+            pr_emerg!("fctrace:   no return stack for this key\n");
+        }
+    }
+
+    /// Whether a replaced word may still be returned through.
+    pub(crate) fn any_live(&self) -> bool {
+        self.slots
+            .iter()
+            .filter(|s| s.key.load(Ordering::Acquire) != 0)
+            .any(|s| s.with(|r| r.has_live()))
+    }
+}
+
+/// The address of `fctrace_return_site`.
+pub(crate) fn return_site() -> u64 {
+    // SAFETY: a C accessor of a constant address.
+    unsafe { bindings::fctrace_return_addr() as u64 }
+}
+
+/// The key of the stack the word at `addr` is on (0: not one fctrace hooks returns on).
+pub(crate) fn stack_key(addr: u64) -> u64 {
+    // SAFETY: a C helper that only compares addresses.
+    unsafe { bindings::fctrace_stack_key(addr as _) as u64 }
+}
+
+impl Tracer {
+    /// Whether returns may be hooked now, by the current context: tracing is on and the
+    /// task is not exiting (after `sched_process_exit` nothing would drop its words).
+    fn may_hook(&self) -> bool {
+        // SAFETY: a C accessor of `current`.
+        self.active.load(Ordering::Acquire) && !unsafe { bindings::fctrace_current_exiting() }
+    }
+
+    /// A frame opened at a function's entry, whose return address is on top of the stack at
+    /// `retp`: replaces it with the trampoline's, unless it is hooked already (a tail call
+    /// of a frame whose return is hooked). In a probe handler of the context that owns the
+    /// stack. Returns whether the return is hooked (now or before).
+    pub(crate) fn hook_return(&self, retp: u64) -> bool {
+        let frs = return_site();
+        let Some(orig) = super::read_word(retp) else {
+            return false;
+        };
+        if orig == frs {
+            return true;
+        }
+        let key = stack_key(retp);
+        if key == 0 || !self.may_hook() {
+            return false;
+        }
+        // Hooked already, and another tracer's return hook (function_graph's, entered
+        // before us at this tail-called function) replaced our address in turn: hooking
+        // the word again would send that hook's saved copy of our address to us twice.
+        if self.returns.saved(key, retp).is_some() {
+            return true;
+        }
+        if !self.returns.push(key, retp, orig) {
+            self.stats.returns_unhooked.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        // SAFETY: `retp` is a word of the current context's own stack (its key says so),
+        // the return address of the function being entered, which nothing else writes.
+        unsafe { core::ptr::write_volatile(retp as *mut u64, frs) };
+        self.stats.returns_hooked.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// An int3 handler makes the call of `target` itself, with return address `ret`
+    /// replaced by the trampoline's (when there is room): the pre-handler then returns 1.
+    pub(crate) fn hooked_call(&self, regs: &mut bindings::pt_regs, ret: u64, target: u64) {
+        let retp = (regs.sp as u64).wrapping_sub(8);
+        let key = stack_key(retp);
+        let hooked = key != 0 && self.may_hook() && {
+            let room = self.returns.push(key, retp, ret);
+            let counter = if room {
+                &self.stats.returns_hooked
+            } else {
+                &self.stats.returns_unhooked
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            room
+        };
+        kprobe::emulate_call(regs, if hooked { return_site() } else { ret }, target);
+    }
+
+    /// Tracing stopped (no handler runs any more, so no word is replaced from here on):
+    /// puts back every replaced word still on a stack. A word that another tracer's return
+    /// hook took over cannot be: it stays live (counted) and returns through the
+    /// trampoline later.
+    pub(crate) fn restore_returns(&self) {
+        let frs = return_site();
+        let mut missed = 0;
+        let mut restored = false;
+        for s in self.returns.slots.iter() {
+            if s.key.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            s.with(|r| {
+                missed += r.restore(|retp, orig| {
+                    // SAFETY: `retp` is a word of a live stack: its task has not reached
+                    // `sched_process_exit` (which drops the return stack under this lock),
+                    // so its stack is not freed; a C helper that does one cmpxchg.
+                    unsafe { bindings::fctrace_cmpxchg_word(retp as _, frs as _, orig as _) }
+                });
+                restored |= r.has_restored();
+            });
+        }
+        if restored {
+            self.returns.restored.store(true, Ordering::Release);
+        }
+        self.stats
+            .returns_not_restored
+            .fetch_add(missed as u64, Ordering::Relaxed);
+    }
+
+    /// Drops restored entries once no task can still be on its way through the trampoline
+    /// with one (after an RCU-tasks grace period). Process context; sleeps.
+    pub(crate) fn drop_restored_returns(&self) {
+        if !self.returns.restored.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        // SAFETY: waits for an RCU-tasks grace period; process context.
+        unsafe { bindings::synchronize_rcu_tasks() };
+        for s in self.returns.slots.iter() {
+            if s.key.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            s.with(|r| {
+                r.drop_restored();
+                if r.is_empty() {
+                    s.key.store(0, Ordering::Release);
+                }
+            });
+        }
+    }
+
+    /// Module unload, after [`Tracer::restore_returns`] and an RCU-tasks grace period: waits
+    /// until no word that could not be put back is still to be returned through (another
+    /// tracer's return hook holds it; the task returns or exits). Interruptible.
+    pub(crate) fn wait_returns(&self) {
+        let mut waited = 0u32;
+        while self.returns.any_live() {
+            if waited % 10_000 == 0 {
+                pr_warn!("fctrace: waiting for traced tasks to return through fctrace_return\n");
+            }
+            // SAFETY: a C wrapper of msleep_interruptible(), process context.
+            unsafe { bindings::fctrace_msleep_interruptible(100) };
+            waited = waited.wrapping_add(100);
+        }
+    }
+
+    /// The return of a frame whose word at `retp` was replaced, with value `rax`: closes
+    /// the frames returning now in the tree of the context returning.
+    fn on_return(&self, retp: u64, rax: u64) {
+        if !self.active.load(Ordering::Acquire) {
+            return;
+        }
+        let (pid, tgid) = super::tree::current_ids();
+        if !self.is_traced(tgid) {
+            return;
+        }
+        let irqs = self.settings.option(OptionName::Irqs);
+        // SAFETY: a C helper reading the preempt count and the stack pointer.
+        let ctx = match unsafe { bindings::fctrace_return_ctx(irqs) } as u32 {
+            bindings::FCTRACE_CTX_TASK => Ctx::Task,
+            bindings::FCTRACE_CTX_SOFTIRQ => Ctx::SoftIrq,
+            bindings::FCTRACE_CTX_HARDIRQ => Ctx::HardIrq,
+            _ => return,
+        };
+        let cur = Cur {
+            pid,
+            tgid,
+            sleepable: false,
+            ctx,
+        };
+        // SAFETY: the trampoline calls us with interrupts off, in `cur`'s context; `d` is
+        // dropped before returning.
+        let Some((slot, d)) = (unsafe { self.tree(&cur) }) else {
+            return;
+        };
+        // The return leaves the stack pointer 8 above the word: past any call that was
+        // not followed.
+        let _ = d.stack.suppressed(retp + 8);
+        d.wait.last_redirect = 0;
+        d.wait.last_throttle = 0;
+        let retval_on = self.settings.option(OptionName::Retval);
+        let rec = self.recorder(&cur);
+        d.stack.close_returning(&rec, retp, 0, rax, retval_on);
+        self.release_if_done(slot, d);
+    }
+}
+
+/// Called by `fctrace_return` (trampoline.S) with interrupts off: `sp` is the stack
+/// pointer the `ret` left, `rax` the value returned. Returns where the `ret` was to go.
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_return_handler(sp: u64, rax: u64) -> u64 {
+    let retp = sp.wrapping_sub(8);
+    let orig = tracer().and_then(|tr| {
+        let orig = tr.returns.pop(stack_key(retp), retp)?;
+        // SAFETY: a C wrapper of ftrace_test_recursion_trylock(); unlocked below.
+        let bit = unsafe { bindings::fctrace_recursion_lock() };
+        if bit >= 0 {
+            tr.on_return(retp, rax);
+            // SAFETY: `bit` is what the lock above returned.
+            unsafe { bindings::fctrace_recursion_unlock(bit) };
+        }
+        Some(orig)
+    });
+    match orig {
+        Some(o) => o,
+        None if tracer().is_some() => {
+            if let Some(tr) = tracer() {
+                tr.returns.dump(stack_key(retp), retp);
+            }
+            // SAFETY: does not return; there is nowhere to go.
+            unsafe { bindings::fctrace_return_lost(retp as _) }
+        }
+        // SAFETY: does not return; there is nowhere to go.
+        None => unsafe { bindings::fctrace_return_lost(retp as _) },
+    }
+}
+
+/// Called from the `sched_process_exit` tracepoint for the exiting `task` (current).
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_task_exit(task: u64) {
+    if let Some(tr) = tracer() {
+        tr.returns.forget(task);
+    }
+}
