@@ -16,9 +16,8 @@
 #include <asm/alternative.h>
 #include <asm/cpufeatures.h>
 
-	.text
-SYM_FUNC_START(fctrace_trampoline)
-	pushfq
+/* The registers a call may clobber (the argument, return-value and scratch registers). */
+.macro PUSH_SCRATCH
 	pushq	%rax
 	pushq	%rcx
 	pushq	%rdx
@@ -28,8 +27,9 @@ SYM_FUNC_START(fctrace_trampoline)
 	pushq	%r9
 	pushq	%r10
 	pushq	%r11
-	movq	9*8(%rsp), %rdi		/* the flags the probed instruction ran with */
-	call	fctrace_arm_pending
+.endm
+
+.macro POP_SCRATCH
 	popq	%r11
 	popq	%r10
 	popq	%r9
@@ -39,6 +39,15 @@ SYM_FUNC_START(fctrace_trampoline)
 	popq	%rdx
 	popq	%rcx
 	popq	%rax
+.endm
+
+	.text
+SYM_FUNC_START(fctrace_trampoline)
+	pushfq
+	PUSH_SCRATCH
+	movq	9*8(%rsp), %rdi		/* the flags the probed instruction ran with */
+	call	fctrace_arm_pending
+	POP_SCRATCH
 	popfq
 	RET
 SYM_FUNC_END(fctrace_trampoline)
@@ -80,28 +89,12 @@ SYM_INNER_LABEL(fctrace_return_site, SYM_L_GLOBAL)
 	UNWIND_HINT_FUNC
 	pushfq
 	cli
-	pushq	%rax
-	pushq	%rcx
-	pushq	%rdx
-	pushq	%rsi
-	pushq	%rdi
-	pushq	%r8
-	pushq	%r9
-	pushq	%r10
-	pushq	%r11
+	PUSH_SCRATCH
 	leaq	11*8(%rsp), %rdi	/* the stack pointer the ret left */
 	movq	%rax, %rsi		/* the return value */
 	call	fctrace_return_handler
 	movq	%rax, 10*8(%rsp)	/* the real return address, where the ret took ours */
-	popq	%r11
-	popq	%r10
-	popq	%r9
-	popq	%r8
-	popq	%rdi
-	popq	%rsi
-	popq	%rdx
-	popq	%rcx
-	popq	%rax
+	POP_SCRATCH
 	popfq
 	ALTERNATIVE __stringify(RET), \
 		    __stringify(ANNOTATE_UNRET_SAFE; ret; int3), \
