@@ -478,9 +478,9 @@ void fctrace_exit_hook_unregister(void)
 	fctrace_exit_tp = NULL;
 }
 
-int fctrace_msleep_interruptible(unsigned int ms)
+void fctrace_sleep_idle(unsigned int ms)
 {
-	return msleep_interruptible(ms);
+	schedule_timeout_idle(msecs_to_jiffies(ms));
 }
 
 int fctrace_recursion_lock(void)

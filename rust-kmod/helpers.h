@@ -104,7 +104,8 @@ void __noreturn fctrace_return_lost(unsigned long retp);
 /* The sched_process_exit tracepoint calls fctrace_task_exit() (module lifetime). */
 int fctrace_exit_hook_register(void);
 void fctrace_exit_hook_unregister(void);
-int fctrace_msleep_interruptible(unsigned int ms);
+/* Sleeps ms milliseconds in TASK_IDLE (no hung-task report, no signal wakes it). */
+void fctrace_sleep_idle(unsigned int ms);
 /*
  * ftrace's recursion protection around fctrace_return's handler, as ftrace callbacks
  * have: functions it calls are not traced by function_graph for this task meanwhile.

@@ -15,6 +15,7 @@
 #include <asm/unwind_hints.h>
 #include <asm/alternative.h>
 #include <asm/cpufeatures.h>
+#include <asm/smap.h>
 
 /* The registers a call may clobber (the argument, return-value and scratch registers). */
 .macro PUSH_SCRATCH
@@ -72,8 +73,10 @@ SYM_FUNC_END(fctrace_ret_site)
  * user-copy routines and the like clobber nothing), and the flags, and with interrupts off
  * call fctrace_return_handler(stack pointer, rax), which records the return and gives back
  * the real return address. It goes into the word the `ret` took, and a `ret` goes there.
- * Like function_graph's return_to_handler, that last `ret` bypasses call-depth
- * accounting's return thunk: no call was accounted for it.
+ * Like function_graph's return_to_handler, a call just before that last `ret` keeps the
+ * return stack buffer balanced, and the `ret` bypasses call-depth accounting's return
+ * thunk: no call was accounted for it. The flags are kept (some functions return a result
+ * in them), and user access is closed while the handler runs.
  *
  * The unwinder looks a return address up at the address before it, so the int3 before
  * fctrace_return_site carries the hint that ends an unwind there.
@@ -85,10 +88,11 @@ SYM_CODE_START(fctrace_return)
 SYM_INNER_LABEL(fctrace_return_site, SYM_L_GLOBAL)
 	UNWIND_HINT_UNDEFINED
 	ANNOTATE_NOENDBR
-	subq	$8, %rsp
+	leaq	-8(%rsp), %rsp		/* lea: the flags are the function's, kept as they are */
 	UNWIND_HINT_FUNC
 	pushfq
 	cli
+	ASM_CLAC			/* a user copy's routine may return here; popfq restores AC */
 	PUSH_SCRATCH
 	leaq	11*8(%rsp), %rdi	/* the stack pointer the ret left */
 	movq	%rax, %rsi		/* the return value */
@@ -96,6 +100,15 @@ SYM_INNER_LABEL(fctrace_return_site, SYM_L_GLOBAL)
 	movq	%rax, 10*8(%rsp)	/* the real return address, where the ret took ours */
 	POP_SCRATCH
 	popfq
+	/*
+	 * Keep the return stack buffer balanced: this call pushes the entry the ret below
+	 * consumes (the function's own ret consumed the one its call pushed).
+	 */
+	ANNOTATE_INTRA_FUNCTION_CALL
+	call	.Lfctrace_return_rop
+	int3
+.Lfctrace_return_rop:
+	leaq	8(%rsp), %rsp
 	ALTERNATIVE __stringify(RET), \
 		    __stringify(ANNOTATE_UNRET_SAFE; ret; int3), \
 		    X86_FEATURE_CALL_DEPTH

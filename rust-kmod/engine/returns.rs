@@ -106,6 +106,10 @@ impl Returns {
 
     /// Runs `f` on the return stack of stack `key`, if it has one (see [`RetSlot::with`]).
     fn with_key<R>(&self, key: u64, f: impl FnOnce(&RetSlot, &mut RetStack) -> R) -> Option<R> {
+        // 0 is no stack (and the key of every free slot).
+        if key == 0 {
+            return None;
+        }
         let mut f = Some(f);
         for s in self.slots.iter() {
             if s.key.load(Ordering::Acquire) != key {
@@ -291,7 +295,12 @@ impl Tracer {
                     // SAFETY: `retp` is a word of a live stack: its task has not reached
                     // `sched_process_exit` (which drops the return stack under this lock),
                     // so its stack is not freed; a C helper that does one cmpxchg.
-                    unsafe { bindings::fctrace_cmpxchg_word(retp as _, frs as _, orig as _) }
+                    let put =
+                        unsafe { bindings::fctrace_cmpxchg_word(retp as _, frs as _, orig as _) };
+                    // A word that holds neither our address nor another return hook's is
+                    // no longer a return address (its frame is gone): nothing comes back
+                    // through it.
+                    put || !super::read_word(retp).is_some_and(|w| self.ret_hooks.contains(w))
                 });
                 restored |= r.has_restored();
             });
@@ -330,13 +339,21 @@ impl Tracer {
     /// tracer's return hook holds it; the task returns or exits). Interruptible.
     pub(crate) fn wait_returns(&self) {
         let mut waited = 0u32;
+        let mut any = false;
         while self.returns.any_live() {
-            if waited % 10_000 == 0 {
+            any = true;
+            if waited % 100 == 0 {
                 pr_warn!("fctrace: waiting for traced tasks to return through fctrace_return\n");
             }
-            // SAFETY: a C wrapper of msleep_interruptible(), process context.
-            unsafe { bindings::fctrace_msleep_interruptible(100) };
-            waited = waited.wrapping_add(100);
+            // SAFETY: a C wrapper of schedule_timeout_idle(), process context: sleeps 100 ms
+            // (not counted as a hung task, not cut short by signals).
+            unsafe { bindings::fctrace_sleep_idle(100) };
+            waited = waited.wrapping_add(1);
+        }
+        if any {
+            // The last of them may still be on the trampoline's last instructions.
+            // SAFETY: waits for an RCU-tasks grace period; process context.
+            unsafe { bindings::synchronize_rcu_tasks() };
         }
     }
 
@@ -365,7 +382,9 @@ impl Tracer {
             ctx,
         };
         // SAFETY: the trampoline calls us with interrupts off, in `cur`'s context; `d` is
-        // dropped before returning.
+        // dropped before returning. Nothing this handler calls carries a probe of fctrace's
+        // (the ring buffer, the clock and the C layer are on the deny list or not
+        // traceable), so no other handler of this context runs meanwhile.
         let Some((slot, d)) = (unsafe { self.tree(&cur) }) else {
             return;
         };

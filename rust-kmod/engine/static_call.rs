@@ -82,7 +82,7 @@ impl ReturnHooks {
         }
     }
 
-    fn contains(&self, ret: u64) -> bool {
+    pub(crate) fn contains(&self, ret: u64) -> bool {
         self.0.iter().any(|a| a.load(Ordering::Relaxed) == ret)
     }
 }
