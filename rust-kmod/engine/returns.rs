@@ -291,6 +291,10 @@ impl Tracer {
                 continue;
             }
             s.with(|r| {
+                // Freed (and maybe claimed by another stack) since the check above.
+                if s.key.load(Ordering::Relaxed) == 0 {
+                    return;
+                }
                 missed += r.restore(|retp, orig| {
                     // SAFETY: `retp` is a word of a live stack: its task has not reached
                     // `sched_process_exit` (which drops the return stack under this lock),
@@ -326,6 +330,9 @@ impl Tracer {
                 continue;
             }
             s.with(|r| {
+                if s.key.load(Ordering::Relaxed) == 0 {
+                    return;
+                }
                 r.drop_restored();
                 if r.is_empty() {
                     s.key.store(0, Ordering::Release);
@@ -336,7 +343,8 @@ impl Tracer {
 
     /// Module unload, after [`Tracer::restore_returns`] and an RCU-tasks grace period: waits
     /// until no word that could not be put back is still to be returned through (another
-    /// tracer's return hook holds it; the task returns or exits). Interruptible.
+    /// tracer's return hook holds it; the task returns or exits), then for an RCU-tasks
+    /// grace period. Sleeps in `TASK_IDLE`.
     pub(crate) fn wait_returns(&self) {
         let mut waited = 0u32;
         let mut any = false;
