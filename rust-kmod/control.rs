@@ -213,6 +213,8 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
         "late_int3_recovered: {}",
         n(&crate::late_int3::RECOVERED)
     )?;
+    writeln!(t, "entry_hooks: {}", n(&s.entry_hooks))?;
+    writeln!(t, "entry_hooks_refused: {}", n(&s.entry_hooks_refused))?;
     writeln!(t, "static_call_hooks: {}", n(&s.static_hooks))?;
     writeln!(
         t,

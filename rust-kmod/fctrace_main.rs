@@ -57,6 +57,7 @@ mod control;
 mod engine;
 mod error_log;
 mod fs;
+mod ftrace;
 mod kprobe;
 mod ksym;
 mod late_int3;

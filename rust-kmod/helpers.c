@@ -41,14 +41,18 @@ struct trace_buffer *fctrace_rb_alloc(unsigned long size)
 	return ring_buffer_alloc(size, RB_FL_OVERWRITE);
 }
 
-int fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool irqs, bool *sleepable)
+int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bool irqs,
+			 bool *sleepable)
 {
 	unsigned int pc = preempt_count();
 
 	*sleepable = false;
 	if (via_ftrace) {
-		/* kprobe_ftrace_handler() runs with preemption disabled once. */
-		pc -= 1;
+		/*
+		 * An ftrace callback: kprobe_ftrace_handler() runs with preemption disabled
+		 * once, fctrace's entry hook once per recursion bit it took.
+		 */
+		pc -= via_ftrace;
 	} else {
 		/* exc_int3() went through irqentry_nmi_enter(): NMI_OFFSET + HARDIRQ_OFFSET. */
 		if ((pc & NMI_MASK) < NMI_OFFSET)
@@ -483,12 +487,95 @@ void fctrace_sleep_idle(unsigned int ms)
 	schedule_timeout_idle(msecs_to_jiffies(ms));
 }
 
+/*
+ * ftrace lets one nested callback through a context's "transition" bit (for an interrupt
+ * that traces before preempt_count says so): we take that bit as well, or function_graph
+ * would trace what fctrace's handlers call. Both bits in one int (the second plus one,
+ * shifted).
+ */
 int fctrace_recursion_lock(void)
 {
-	return ftrace_test_recursion_trylock(_THIS_IP_, _RET_IP_);
+	int bit = ftrace_test_recursion_trylock(_THIS_IP_, _RET_IP_);
+	int transition;
+
+	if (bit < 0)
+		return bit;
+	transition = ftrace_test_recursion_trylock(_THIS_IP_, _RET_IP_);
+	return transition < 0 ? bit : bit | (transition + 1) << 8;
 }
 
-void fctrace_recursion_unlock(int bit)
+void fctrace_recursion_unlock(int bits)
 {
-	ftrace_test_recursion_unlock(bit);
+	if (bits >> 8)
+		ftrace_test_recursion_unlock((bits >> 8) - 1);
+	ftrace_test_recursion_unlock(bits & 0xff);
+}
+
+/*
+ * Entry hooks (engine/entry.rs): fctrace's own ftrace_ops, filtered to exactly the functions
+ * the traced tasks can reach. Other tasks pay a call into ftrace's trampoline and the
+ * check in fctrace_entry_hook(), not a trap.
+ */
+static void notrace fctrace_entry_func(unsigned long ip, unsigned long parent_ip,
+				       struct ftrace_ops *op, struct ftrace_regs *fregs)
+{
+	struct pt_regs *regs = &arch_ftrace_regs(fregs)->regs;
+	int bit;
+
+	if (likely(!fctrace_entry_wanted(current->tgid)))
+		return;
+	bit = fctrace_recursion_lock();
+	if (bit < 0)
+		return;
+	/*
+	 * ftrace_caller() saves no flags: the handler decides whether the task may sleep by
+	 * IF, AC and DF, which ftrace's trampoline did not change.
+	 */
+	regs->flags = native_save_fl();
+	fctrace_entry_hook(ip, regs, bit >> 8 ? 2 : 1);
+	fctrace_recursion_unlock(bit);
+}
+
+static struct ftrace_ops fctrace_entry_ops = {
+	.func = fctrace_entry_func,
+};
+
+static bool fctrace_entry_registered;
+
+int fctrace_entry_hooks_add(const unsigned long *ips, unsigned int n)
+{
+	int ret;
+
+	if (!n)
+		return 0;
+	ret = ftrace_set_filter_ips(&fctrace_entry_ops, (unsigned long *)ips, n, 0, 0);
+	if (ret)
+		return ret;
+	/* Registered only with a filter: an ops without one would hook every function. */
+	if (!fctrace_entry_registered) {
+		ret = register_ftrace_function(&fctrace_entry_ops);
+		if (ret) {
+			ftrace_set_filter_ips(&fctrace_entry_ops, NULL, 0, 0, 1);
+			return ret;
+		}
+		fctrace_entry_registered = true;
+	}
+	return 0;
+}
+
+void fctrace_entry_hooks_clear(void)
+{
+	if (fctrace_entry_registered) {
+		/* Waits for callbacks in flight (RCU-tasks for a module's ops). */
+		unregister_ftrace_function(&fctrace_entry_ops);
+		fctrace_entry_registered = false;
+	}
+	ftrace_set_filter_ips(&fctrace_entry_ops, NULL, 0, 0, 1);
+}
+
+extern char fctrace_entry_trampoline[];
+
+unsigned long fctrace_entry_trampoline_addr(void)
+{
+	return (unsigned long)fctrace_entry_trampoline;
 }

@@ -23,10 +23,11 @@ struct trace_buffer *fctrace_rb_alloc(unsigned long size);
 /*
  * From a probe handler: the context the probed instruction ran in. Interrupt contexts
  * are reported only when irqs is set (otherwise FCTRACE_CTX_NONE). *sleepable tells
- * whether a task context could sleep. via_ftrace: the kprobe is ftrace-based (handler
- * called from the ftrace trampoline) rather than entered through int3.
+ * whether a task context could sleep. via_ftrace: 0 for a handler entered through int3,
+ * else the handler is an ftrace callback that disabled preemption this many times.
  */
-int fctrace_task_context(const struct pt_regs *regs, bool via_ftrace, bool irqs, bool *sleepable);
+int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bool irqs,
+			 bool *sleepable);
 unsigned long fctrace_graph_ret_addr(unsigned long retp);
 
 void fctrace_current_ids(u32 *pid, u32 *tgid);
@@ -114,11 +115,24 @@ void fctrace_sleep_idle(unsigned int ms);
 int fctrace_recursion_lock(void);
 void fctrace_recursion_unlock(int bit);
 
+/*
+ * Entry hooks: adds the ftrace sites ips[0..n) to fctrace's ftrace_ops (registered with
+ * its first filter); clears them all (unregistered first: waits for callbacks in flight).
+ * Process context, never with a spinlock held.
+ */
+int fctrace_entry_hooks_add(const unsigned long *ips, unsigned int n);
+void fctrace_entry_hooks_clear(void);
+/* Where an entry hook sends a task that waits for its function to be armed. */
+unsigned long fctrace_entry_trampoline_addr(void);
+
 /* Implemented in Rust. */
+bool fctrace_entry_wanted(u32 tgid);
+void fctrace_entry_hook(unsigned long ip, struct pt_regs *regs, unsigned int levels);
 void fctrace_task_exit(unsigned long task);
 unsigned long fctrace_return_handler(unsigned long sp, unsigned long rax);
 void fctrace_sync_work(void);
 void fctrace_reap_work(void);
 void fctrace_arm_pending(unsigned long flags);
+void fctrace_arm_pending_entry(unsigned long flags);
 
 #endif

@@ -54,6 +54,30 @@ SYM_FUNC_START(fctrace_trampoline)
 SYM_FUNC_END(fctrace_trampoline)
 
 /*
+ * fctrace_entry_trampoline: where an entry hook (engine/entry.rs) sends a traced task whose
+ * function is not yet armed. ftrace's trampoline returns here instead of into the function,
+ * at the function's entry stack pointer, with %rax set to the function's ftrace site (%rax
+ * carries no argument into a function; kernel code is built without SSE, so not even a
+ * variadic one reads %al). Pushed, it is the return address: the task waits as in
+ * fctrace_trampoline, then the ftrace site runs again, now with its function armed.
+ * (fctrace_arm_pending_entry counts the task in: another ftrace callback running after
+ * fctrace's, such as livepatch's, may have sent it elsewhere.)
+ */
+SYM_CODE_START(fctrace_entry_trampoline)
+	UNWIND_HINT_FUNC
+	ANNOTATE_NOENDBR
+	pushq	%rax
+	UNWIND_HINT_FUNC
+	pushfq
+	PUSH_SCRATCH
+	movq	9*8(%rsp), %rdi
+	call	fctrace_arm_pending_entry
+	POP_SCRATCH
+	popfq
+	RET
+SYM_CODE_END(fctrace_entry_trampoline)
+
+/*
  * fctrace_ret_site: a bare RET. The kernel patches it when it loads the module, like every
  * return it has (apply_returns()): into `ret`, or a jump to the return thunk it chose for
  * this CPU (srso_return_thunk, call_depth_return_thunk, ...). engine/arming.rs reads it

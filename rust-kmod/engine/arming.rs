@@ -5,7 +5,7 @@
 //! write), with the tracer's mutex held; never in a probe handler.
 
 use super::policy::{is_denied, is_instrumentation};
-use super::table::{EntryId, FuncState};
+use super::table::{EntryId, FuncState, HOOK_ENTRY, HOOK_NONE, HOOK_TAIL};
 use super::{read_kernel, timed, Tracer, TracerInner};
 use crate::decode::{self, Flow};
 use crate::kprobe::{Probe, ProbeSet};
@@ -78,6 +78,19 @@ pub(crate) struct Func {
     pub(crate) pinned: bool,
     /// The end of its code.
     pub(crate) end: u64,
+    /// Its direct callees with an entry hook (their call sites carry no probe).
+    pub(crate) hooked_callees: KVec<u64>,
+}
+
+impl Func {
+    /// Its direct callees: those of its probed sites, and those with an entry hook.
+    pub(crate) fn direct_callees(&self) -> impl Iterator<Item = u64> + '_ {
+        let probed = self
+            .sites
+            .iter()
+            .filter_map(|s| s.data.kind.direct_callee());
+        Iterator::chain(probed, self.hooked_callees.iter().copied())
+    }
 }
 
 impl Tracer {
@@ -171,8 +184,10 @@ impl Tracer {
         let end = start + size;
         let fentry = fentry_offset(&code) as u32;
         let thunks = inner.thunks;
-        // First pass: count sites; second: fill.
+        // First pass: count sites and collect the direct callees; second: fill, leaving out
+        // the sites whose callee has an entry hook (see `entry.rs`).
         let mut sites: KVec<Probe<SiteData>> = KVec::new();
+        let mut callees: KVec<(u64, bool)> = KVec::new();
         for pass in 0..2 {
             let mut n = 0usize;
             let mut prev_terminal = false;
@@ -218,6 +233,18 @@ impl Tracer {
                     _ => None,
                 };
                 let Some(kind) = kind else { return };
+                if pass == 0 {
+                    if let Some(c) = kind.direct_callee() {
+                        let tail = !matches!(kind, SiteKind::Call(_));
+                        // Without room, the site keeps its probe.
+                        let _ = callees.push((c, tail), GFP_KERNEL);
+                    }
+                } else if kind
+                    .direct_callee()
+                    .is_some_and(|c| self.table.hook_of(c) & HOOK_ENTRY != 0)
+                {
+                    return;
+                }
                 n += 1;
                 if pass == 1 {
                     let data = SiteData {
@@ -235,20 +262,29 @@ impl Tracer {
                 return Err(Reason::Unprobeable);
             }
             if pass == 0 {
+                self.hook_callees(inner, &callees, sym);
                 self.make_room(inner, n as u64)?;
                 sites = KVec::with_capacity(n, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
             }
         }
         // Register. A call site that cannot be probed is counted; the function is armed
         // all the same (its frames close through their hooked returns).
+        let mut hooked_callees = KVec::new();
+        for &(c, _) in callees.iter() {
+            if self.table.hook_of(c) & HOOK_ENTRY != 0 && !hooked_callees.contains(&c) {
+                // Without room, arming ahead does not walk through it.
+                let _ = hooked_callees.push(c, GFP_KERNEL);
+            }
+        }
         let mut func = Func {
             sites: ProbeSet::new(sites),
             entry: 0,
             pinned: false,
             end,
+            hooked_callees,
         };
         // Direct calls and tail calls from sites kprobes refused (static calls): their
-        // callees get an entry hook (see `Tracer::on_static_entry`).
+        // callees get a kprobe at their entry (see `static_call.rs`).
         let mut refused: [Option<(u64, bool)>; 8] = [None; 8];
         let mut n_refused = 0usize;
         timed(&self.stats.register_ns, || {
@@ -275,6 +311,72 @@ impl Tracer {
             self.add_static_hook(inner, callee, tail, sym);
         }
         Ok(func)
+    }
+
+    /// Gives the direct callees `callees` (with whether they are tail-called) of a
+    /// function being armed an entry hook where they have an ftrace site and may be
+    /// followed, all in one update of the ftrace filter. Those that cannot have one are
+    /// marked so (their call sites get probes).
+    fn hook_callees(&self, inner: &mut TracerInner, callees: &[(u64, bool)], sym: &mut SymBuf) {
+        let mut new: KVec<(u64, EntryId)> = KVec::new();
+        let mut ips: KVec<u64> = KVec::new();
+        for &(c, tail) in callees {
+            let tail_bit = if tail { HOOK_TAIL } else { 0 };
+            let h = self.table.hook_of(c);
+            if h & (HOOK_ENTRY | HOOK_NONE) != 0 {
+                if h & HOOK_ENTRY != 0 && tail {
+                    if let Some(id) = self.table.find(c) {
+                        self.table.add_hook(id, HOOK_TAIL, 0);
+                    }
+                }
+                continue;
+            }
+            let Some(id) = self.table.ensure(c) else {
+                continue;
+            };
+            let site = match sym.lookup(c) {
+                Some(info) if info.offset == 0 && !never_probed(inner, c, info.name.as_bytes()) => {
+                    ftrace_site(c)
+                }
+                _ => None,
+            };
+            let Some(ip) = site else {
+                self.table.add_hook(id, HOOK_NONE, 0);
+                continue;
+            };
+            // Published before the hook goes live (no callback runs before that).
+            self.table
+                .add_hook(id, HOOK_ENTRY | tail_bit, *call_range(c, sym).start());
+            if new.reserve(1, GFP_KERNEL).is_err() || ips.push(ip, GFP_KERNEL).is_err() {
+                self.table.set_hook(id, HOOK_NONE);
+                continue;
+            }
+            // Room was reserved: this does not allocate.
+            let _ = new.push((ip, id), GFP_KERNEL);
+        }
+        if new.is_empty() {
+            return;
+        }
+        let ok = timed(&self.stats.register_ns, || {
+            self.stats.registrations.fetch_add(1, Ordering::Relaxed);
+            inner.entry.add(&ips).is_ok()
+        });
+        for &(ip, id) in new.iter() {
+            // One refused the batch (ftrace said no to it): each on its own.
+            let hooked = ok
+                || timed(&self.stats.register_ns, || {
+                    self.stats.registrations.fetch_add(1, Ordering::Relaxed);
+                    inner.entry.add(&[ip]).is_ok()
+                });
+            if hooked {
+                self.stats.entry_hooks.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.table.set_hook(id, HOOK_NONE);
+                self.stats
+                    .entry_hooks_refused
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Makes room for `n` more probes under `max_probes`, disarming the least recently
@@ -332,6 +434,20 @@ pub(crate) fn call_range(func: u64, sym: &mut SymBuf) -> core::ops::RangeInclusi
     match sym.lookup(func - 1) {
         Some(i) if i.name.starts_with("__pfx_") && i.offset < 64 => (func - 1 - i.offset)..=func,
         _ => func..=func,
+    }
+}
+
+/// The ftrace site of the function at `func`: its first instruction after `endbr64`, a
+/// 5-byte nop (or a call while ftrace uses it). `None` when it has none.
+fn ftrace_site(func: u64) -> Option<u64> {
+    let mut code = [0u8; 9];
+    if !read_kernel(func, &mut code) {
+        return None;
+    }
+    let off = fentry_offset(&code);
+    match code.get(off..off + 5)? {
+        [0x0f, 0x1f, 0x44, 0x00, 0x00] | [0xe8, ..] => Some(func + off as u64),
+        _ => None,
     }
 }
 

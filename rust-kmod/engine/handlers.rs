@@ -176,7 +176,7 @@ impl Tracer {
     /// The pre-handler of every call, jump and return site.
     fn on_site(&self, site: &SiteData, regs: &mut bindings::pt_regs) -> c_int {
         let irqs = self.settings.option(OptionName::Irqs);
-        let Some(cur) = self.current_in(regs, false, irqs) else {
+        let Some(cur) = self.current_in(regs, 0, irqs) else {
             return 0;
         };
         // SAFETY: an int3 handler, in `cur`'s context with interrupts off; `d` is dropped
@@ -312,7 +312,7 @@ impl Tracer {
         if !self.settings.option(OptionName::Irqs) {
             return 0;
         }
-        let Some(cur) = self.current_in(regs, p.is_ftrace_based(), true) else {
+        let Some(cur) = self.current_in(regs, u32::from(p.is_ftrace_based()), true) else {
             return 0;
         };
         if cur.ctx != ctx {

@@ -4,12 +4,14 @@
 //! kernel. (What the control files show and accept is `control.rs`; turning its records
 //! into text is `reader.rs`.)
 //!
-//! A function is *armed* when a kprobe sits on each of its call instructions, tail jumps
-//! and returns. When a traced task reaches an armed call site, the call is recorded and, if
-//! the callee is not armed yet, the task is sent through `fctrace_trampoline`, where it
-//! waits (in its own, sleepable, context) for the work item to arm the callee, and then
-//! runs the call again. So the probed code grows with what the task executes, and nothing
-//! else is touched.
+//! A function is *armed* when each call it makes is seen: its direct callees with an ftrace
+//! site have an entry hook (fctrace's own `ftrace_ops`), its other call instructions and
+//! tail jumps a kprobe; its returns are hooked on the traced task's stack. When a traced
+//! task makes a call fctrace sees, the call is recorded and, if the callee is not armed
+//! yet, the task is sent through `fctrace_trampoline`, where it waits (in its own,
+//! sleepable, context) for the work item to arm the callee, and then makes the call (or
+//! enters the callee) again. So the hooked code grows with what the task executes, and
+//! nothing else is touched.
 //!
 //! The parts, one file each:
 //!
@@ -25,11 +27,13 @@
 //! - [`wait`]: the trampoline handshake, arming ahead, lossless throttling, work items.
 //! - [`session`]: tracing on and off, lazy disarming.
 //! - [`preempt`]: the preemption path's thunks and hooks.
+//! - [`entry`]: calls seen at the callee's entry, through fctrace's own ftrace_ops.
 //! - [`static_call`]: calls from sites kprobes refuses (static calls), seen at the
 //!   callee's entry.
 //! - [`policy`]: what is never armed (the deny list), instrumentation, interrupt roots.
 
 mod arming;
+mod entry;
 mod handlers;
 mod policy;
 mod preempt;
@@ -144,6 +148,10 @@ pub(crate) struct Stats {
     /// those that could not get one.
     pub(crate) static_hooks: AtomicU64,
     pub(crate) static_hooks_missing: AtomicU64,
+    /// Functions with an entry hook (see `entry.rs`), and those that could not get one
+    /// (no ftrace site, or ftrace refused it): their call sites are probed instead.
+    pub(crate) entry_hooks: AtomicU64,
+    pub(crate) entry_hooks_refused: AtomicU64,
     /// `irqs` option: interrupt entry functions that could not be hooked.
     pub(crate) irq_roots_missing: AtomicU64,
     /// `lossless` option: times a traced task waited for the reader.
@@ -212,6 +220,8 @@ pub(crate) struct TracerInner {
     funcs: KVec<Func>,
     /// Task-lifetime hooks and entry probes.
     hooks: KVec<Pin<KBox<Probe<Hook>>>>,
+    /// Entry hooks through fctrace's own ftrace_ops (see `entry.rs`).
+    pub(crate) entry: crate::ftrace::EntryHooks,
     /// Entry probes on the callees of call sites kprobes refused (see `static_call.rs`).
     static_hooks: KVec<Pin<KBox<Probe<static_call::StaticHook>>>>,
     /// The running kernel's branch thunks, found when tracing starts.
@@ -226,6 +236,7 @@ impl TracerInner {
             filters: KVec::new(),
             funcs: KVec::new(),
             hooks: KVec::new(),
+            entry: crate::ftrace::EntryHooks::new(),
             static_hooks: KVec::new(),
             thunks: Thunks::new(),
         }

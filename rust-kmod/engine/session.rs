@@ -149,8 +149,11 @@ impl Tracer {
             for f in inner.funcs.iter() {
                 batch.add_set(&f.sites);
             }
-            // Dropping the batch unregisters all at once; after that no handler runs.
+            // Dropping the batch unregisters all at once.
         }
+        // After this, no handler runs.
+        inner.entry.clear();
+        self.stats.entry_hooks.store(0, Ordering::Relaxed);
         // So no return is hooked any more: put back those still on the stacks.
         self.restore_returns();
         inner.hooks = KVec::new();

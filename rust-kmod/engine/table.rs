@@ -63,7 +63,19 @@ struct Entry {
     last: AtomicU64,
     /// The end of its code (armed functions; 0 otherwise).
     end: AtomicU64,
+    /// Entry hook: `HOOK_*` bits.
+    hook: AtomicU32,
+    /// Where calls of it may point (see `arming::call_range`): its padding's start, or
+    /// its start.
+    pfx: AtomicU64,
 }
+
+/// The function has an entry hook (see `entry.rs`).
+pub(crate) const HOOK_ENTRY: u32 = 1;
+/// Some armed function tail-calls it.
+pub(crate) const HOOK_TAIL: u32 = 2;
+/// It cannot have one (no ftrace site, or ftrace refused it): its call sites are probed.
+pub(crate) const HOOK_NONE: u32 = 4;
 
 pub(crate) struct FuncTable {
     entries: KVVec<Entry>,
@@ -82,6 +94,8 @@ impl FuncTable {
                     open: AtomicU32::new(0),
                     last: AtomicU64::new(0),
                     end: AtomicU64::new(0),
+                    hook: AtomicU32::new(0),
+                    pfx: AtomicU64::new(0),
                 },
                 GFP_KERNEL,
             )?;
@@ -169,6 +183,47 @@ impl FuncTable {
 
     /// Whether one more entry would make the table more than 3/4 full: kept below that,
     /// every function tried gets an entry (and is never armed twice).
+    /// The entry of `func`, added (state `Unknown`) if it has none.
+    pub(crate) fn ensure(&self, func: u64) -> Option<EntryId> {
+        self.find(func)
+            .or_else(|| self.insert(func, FuncState::Unknown))
+    }
+
+    /// The `HOOK_*` bits of `func` (0 when it has no entry).
+    pub(crate) fn hook_of(&self, func: u64) -> u32 {
+        self.find(func)
+            .and_then(|i| self.entry(i))
+            .map_or(0, |e| e.hook.load(Ordering::Acquire))
+    }
+
+    /// Adds `bits` to the `HOOK_*` bits of entry `id`; with `HOOK_ENTRY`, `pfx` is where
+    /// calls of it may point (published before the bit).
+    pub(crate) fn add_hook(&self, id: EntryId, bits: u32, pfx: u64) {
+        if let Some(e) = self.entry(id) {
+            if bits & HOOK_ENTRY != 0 {
+                e.pfx.store(pfx, Ordering::Relaxed);
+            }
+            e.hook.fetch_or(bits, Ordering::AcqRel);
+        }
+    }
+
+    /// Sets the `HOOK_*` bits of entry `id` to `bits`.
+    pub(crate) fn set_hook(&self, id: EntryId, bits: u32) {
+        if let Some(e) = self.entry(id) {
+            e.hook.store(bits, Ordering::Release);
+        }
+    }
+
+    /// The hooked function whose ftrace site is `ip` (after `endbr64` or at the start),
+    /// with its `HOOK_*` bits and the start of its call range.
+    pub(crate) fn hooked_at(&self, ip: u64) -> Option<(u64, u32, u64)> {
+        [ip.wrapping_sub(4), ip].into_iter().find_map(|f| {
+            let e = self.entry(self.find(f)?)?;
+            let h = e.hook.load(Ordering::Acquire);
+            (h & HOOK_ENTRY != 0).then(|| (f, h, e.pfx.load(Ordering::Relaxed)))
+        })
+    }
+
     pub(crate) fn nearly_full(&self) -> bool {
         self.used.load(Ordering::Relaxed) + 1 >= TABLE_CAP * 3 / 4
     }
@@ -219,6 +274,8 @@ impl FuncTable {
             e.open.store(0, Ordering::Relaxed);
             e.last.store(0, Ordering::Relaxed);
             e.end.store(0, Ordering::Relaxed);
+            e.hook.store(0, Ordering::Relaxed);
+            e.pfx.store(0, Ordering::Relaxed);
         }
         self.used.store(0, Ordering::Relaxed);
     }

@@ -220,15 +220,16 @@ impl Recorder<'_> {
 impl Tracer {
     /// The current task, if it is traced and ran the probed instruction in task context.
     pub(crate) fn current(&self, regs: &bindings::pt_regs, via_ftrace: bool) -> Option<Cur> {
-        self.current_in(regs, via_ftrace, false)
+        self.current_in(regs, u32::from(via_ftrace), false)
     }
 
     /// The current task, if it is traced, and the context of the probed instruction: the
-    /// task's own, or (with `irqs`) an interrupt running while it is current.
+    /// task's own, or (with `irqs`) an interrupt running while it is current. `via_ftrace`:
+    /// 0 for an int3 handler, else the preemption levels the ftrace callback took.
     pub(crate) fn current_in(
         &self,
         regs: &bindings::pt_regs,
-        via_ftrace: bool,
+        via_ftrace: u32,
         irqs: bool,
     ) -> Option<Cur> {
         if !self.active.load(Ordering::Acquire) {

@@ -105,6 +105,26 @@ impl Tracer {
         kprobe::emulate_call(regs, addr, trampoline);
     }
 
+    /// From the entry hook at ftrace site `ip` (see `entry.rs`): sends the task to
+    /// `fctrace_entry_trampoline` to arm `func`, then to run the ftrace site again. ftrace's
+    /// trampoline returns to `regs.ip`, and restores `%rax` (which carries no argument into
+    /// a function) from `regs.ax`: the entry trampoline pushes it as its return address.
+    pub(crate) fn redirect_entry(
+        &self,
+        d: &mut TaskData,
+        regs: &mut bindings::pt_regs,
+        ip: u64,
+        func: u64,
+    ) {
+        d.wait.last_redirect = ip;
+        d.wait.pending = func;
+        // Counted in by the trampoline (`fctrace_arm_pending_entry`).
+        self.stats.redirects.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: a C accessor of a constant address.
+        regs.ip = unsafe { bindings::fctrace_entry_trampoline_addr() } as _;
+        regs.ax = ip as _;
+    }
+
     /// `lossless`: sends the task to the trampoline to wait for the reader, then to make
     /// the call at `addr` again (which may still need an arming redirect then).
     pub(crate) fn redirect_throttle(
@@ -224,10 +244,7 @@ impl Tracer {
                 continue;
             }
             let Some(f) = f else { continue };
-            for s in f.sites.iter() {
-                let Some(callee) = s.data.kind.direct_callee() else {
-                    continue;
-                };
+            for callee in f.direct_callees() {
                 let st = self.table.lookup(callee);
                 let known = !matches!(st, FuncState::Unknown | FuncState::Armed);
                 if known || todo.iter().any(|&(c, _)| c == callee) {
@@ -318,11 +335,22 @@ impl Tracer {
             if t == 0 {
                 continue;
             }
-            if self.active.load(Ordering::Acquire) && self.table.lookup(t) == FuncState::Unknown {
-                self.arm(inner, t);
-            }
+            let armed = self.active.load(Ordering::Acquire)
+                && self.table.lookup(t) == FuncState::Unknown
+                && self.arm(inner, t) == FuncState::Armed;
             let _ = req.compare_exchange(t, 0, Ordering::AcqRel, Ordering::Relaxed);
             wake_armed();
+            // What it calls directly may run in atomic context, where the task cannot
+            // wait: armed ahead, in the background.
+            if armed {
+                if let Some(f) = self.armed_func(inner, t) {
+                    for c in f.direct_callees() {
+                        if self.table.lookup(c) == FuncState::Unknown {
+                            self.want(c);
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -388,6 +416,20 @@ pub(crate) extern "C" fn fctrace_arm_pending(flags: u64) {
         }
         tr.arm_pending();
     }
+}
+
+/// Called by `fctrace_entry_trampoline` (see trampoline.S), sent there by an entry hook,
+/// with the flags of the function's entry. The task counts itself in: an entry hook does
+/// not, since another ftrace callback may have sent the task elsewhere (see
+/// `Tracer::redirect_entry`). Before this module is freed, ftrace's unregistration waits
+/// for every task to pass a voluntary context switch, which a task on its way here
+/// does only in the wait, after this count.
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_arm_pending_entry(flags: u64) {
+    if let Some(tr) = tracer() {
+        tr.waits.inflight.fetch_add(1, Ordering::AcqRel);
+    }
+    fctrace_arm_pending(flags);
 }
 
 /// Called from the module's work item (see [`Tracer::sync_work`]).

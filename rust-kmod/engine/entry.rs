@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Entry hooks: calls seen at the callee's entry, through fctrace's own `ftrace_ops`
+//! (`crate::ftrace`), instead of a breakpoint on the call site.
+//!
+//! When arming a function finds a direct call (or tail call) of a function with an ftrace
+//! site, that callee gets an entry hook and the call site no probe: every caller of the
+//! callee then pays a call into ftrace's trampoline and one check (is the current task
+//! traced?), not a trap; the traced task pays what function_graph costs it. Call sites
+//! are still probed where the callee has no ftrace site (notrace code, assembly), for
+//! indirect calls and for callees ftrace refuses.
+//!
+//! At the entry, the stack pointer points to the return address. The call is the traced
+//! task's if that return address follows a `call` of this function (or of its padding,
+//! with call-depth tracking) inside the function of the task's innermost frame; a tail
+//! call if the function is tail-called somewhere and the return address is the innermost
+//! frame's own (hooked) one. A call a site probe made already (its frame is open at this
+//! stack pointer) is not drawn twice, and a site that carries a probe has a breakpoint,
+//! not the `call` opcode, so calls its probe saw are not taken for direct calls.
+//!
+//! Another tracer's return hook may have replaced the return address already
+//! (function_graph: its callback can run before ours; a kretprobe). function_graph's
+//! saved address is found on its shadow stack; when none is found the call site cannot be
+//! checked, and a call from the innermost frame is assumed (unless a call just drawn as a
+//! leaf suppresses the frame below it: then nothing is drawn).
+//!
+//! A callee not armed yet is armed before it runs: its entry hook sends the task to
+//! `fctrace_entry_trampoline`, which waits like the call-site trampoline and then runs the
+//! ftrace site again. Where the task cannot wait (atomic context) the call is a leaf and
+//! the callee is armed ahead.
+
+use super::handlers::Callee;
+use super::returns::{return_site, stack_key};
+use super::table::HOOK_TAIL;
+use super::{read_kernel, read_word, tracer, Tracer, MAX_FRAMES};
+use crate::bindings;
+use crate::parse::OptionName;
+use crate::record::{Reason, F_TAIL};
+use core::sync::atomic::Ordering;
+use kernel::ffi::c_int;
+
+/// Whether the 5 bytes at `site` are a call (`e8 rel32`) into `target`, an address range.
+fn is_call_to(site: u64, target: core::ops::RangeInclusive<u64>) -> bool {
+    let mut b = [0u8; 5];
+    if !read_kernel(site, &mut b) || b[0] != 0xe8 {
+        return false;
+    }
+    let rel = i32::from_le_bytes([b[1], b[2], b[3], b[4]]);
+    target.contains(&site.wrapping_add(5).wrapping_add(rel as i64 as u64))
+}
+
+/// A hooked function's entry: how it was reached.
+pub(super) struct Entered {
+    /// The function and where calls of it may point (`pfx..=func`).
+    pub(super) func: u64,
+    pub(super) pfx: u64,
+    /// Some armed function tail-calls it.
+    pub(super) tail_ok: bool,
+    /// The hook is fctrace's ftrace callback at this ftrace site (the task can be sent to
+    /// wait for the function to be armed); `None` for a kprobe (`static_call.rs`).
+    pub(super) ftrace_site: Option<u64>,
+}
+
+/// The C callback asks first: is the current task (thread group `tgid`) traced?
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_entry_wanted(tgid: u32) -> bool {
+    tracer().is_some_and(|tr| tr.active.load(Ordering::Relaxed) && tr.is_traced(tgid))
+}
+
+/// The C callback (helpers.c) of the ftrace site `ip`, with ftrace's registers (`flags`
+/// filled in), under ftrace's recursion protection.
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_entry_hook(ip: u64, regs: *mut bindings::pt_regs, levels: u32) {
+    let Some(tr) = tracer() else { return };
+    // SAFETY: ftrace passes its saved registers of this entry, ours until we return.
+    let Some(regs) = (unsafe { regs.as_mut() }) else {
+        return;
+    };
+    let Some((func, hook, pfx)) = tr.table.hooked_at(ip) else {
+        return;
+    };
+    let e = Entered {
+        func,
+        pfx,
+        tail_ok: hook & HOOK_TAIL != 0,
+        ftrace_site: Some(ip),
+    };
+    tr.on_entry(&e, regs, levels);
+}
+
+impl Tracer {
+    /// The entry of a hooked function: if a traced task came here from a call fctrace
+    /// follows, the call is drawn (see the module documentation).
+    pub(super) fn on_entry(
+        &self,
+        e: &Entered,
+        regs: &mut bindings::pt_regs,
+        via_ftrace: u32,
+    ) -> c_int {
+        let irqs = self.settings.option(OptionName::Irqs);
+        let Some(cur) = self.current_in(regs, via_ftrace, irqs) else {
+            return 0;
+        };
+        // SAFETY: a probe handler, in `cur`'s context with interrupts off (or preemption,
+        // for ftrace's callback; the tree is the task's own); `d` is dropped before
+        // returning.
+        let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
+            return 0;
+        };
+        if d.wait.guard || d.stack.depth() == 0 {
+            return 0;
+        }
+        let func = e.func;
+        // At the entry, the stack pointer points to the return address.
+        let entry_sp = regs.sp as u64;
+        let Some(word) = read_word(entry_sp) else {
+            return 0;
+        };
+        let rec = self.recorder(&cur);
+        // Our own hooked word (function_graph may have replaced our address in turn): the
+        // frame entered at this stack pointer, whose return fctrace hooked, is live. A
+        // call-site probe made this call (that frame is this function's), or that frame's
+        // function jumped here (a tail call). Never a new call: a call writes a fresh
+        // return address.
+        let ours = (word == return_site() || self.ret_hooks.contains(word))
+            .then(|| self.returns.saved(stack_key(entry_sp), entry_sp))
+            .flatten();
+        let mut ret = word;
+        if ours.is_none() && self.ret_hooks.contains(ret) {
+            // SAFETY: a C helper reading the current task's own function_graph stack.
+            let saved = unsafe { bindings::fctrace_graph_ret_addr(entry_sp as _) } as u64;
+            if saved != 0 && !self.ret_hooks.contains(saved) {
+                ret = saved;
+            }
+        }
+        let call_site = ret.wrapping_sub(5);
+        let hooked = ours.is_none() && self.ret_hooks.contains(ret);
+        let is_call = ours.is_none() && (hooked || is_call_to(call_site, e.pfx..=func));
+        let (site, tail, site_sp) = if is_call {
+            // A call: the caller ran at the stack pointer above the return address.
+            let sp = entry_sp + 8;
+            // Unchecked, a call whose probe drew it as a leaf (suppressing what runs
+            // below that call) would be drawn again here: such a call is left out.
+            if hooked && d.stack.suppresses(entry_sp) {
+                return 0;
+            }
+            if d.stack.suppressed(sp) {
+                return 0;
+            }
+            d.stack.close_stale(&rec, sp);
+            let Some(top) = d.stack.top() else { return 0 };
+            if hooked {
+                // (A call whose probe opened this frame already.)
+                if top.func == func && top.entry_sp == entry_sp {
+                    return 0;
+                }
+                (top.func, false, sp)
+            } else if self.table.contains(top.func, call_site) {
+                (call_site, false, sp)
+            } else {
+                return 0;
+            }
+        } else if ours.is_some() || e.tail_ok {
+            // A tail call: the innermost frame's function jumped here, leaving its own
+            // return address on top. Which of its sites it jumped from is not known.
+            if d.stack.suppressed(entry_sp) {
+                return 0;
+            }
+            d.stack.close_stale(&rec, entry_sp);
+            let Some(top) = d.stack.top() else { return 0 };
+            // (A call whose probe opened this frame already has the same stack pointer.)
+            if top.entry_sp != entry_sp || top.func == func {
+                return 0;
+            }
+            (top.func, true, entry_sp)
+        } else {
+            return 0;
+        };
+        let flags = if tail { F_TAIL } else { 0 };
+        let max = self.settings.max_depth.load(Ordering::Relaxed) as usize;
+        let depth = d.stack.depth();
+        if (max != 0 && depth >= max) || depth >= MAX_FRAMES {
+            d.wait.last_redirect = 0;
+            d.stack
+                .leaf(&rec, Reason::Depth, flags, func, site, site_sp, tail);
+            return 0;
+        }
+        // The key of a wait: the ftrace site (the task comes back to it), or for a kprobe
+        // entry (which cannot send the task to wait) the call site.
+        let key = e.ftrace_site.unwrap_or(site);
+        let callee = self.classify_call(&cur, d, func, key, tail);
+        if !matches!(callee, Callee::Wait) {
+            d.wait.last_redirect = 0;
+        }
+        match callee {
+            Callee::Follow | Callee::Thunk => {
+                if d.stack.open(&rec, func, site, flags, entry_sp, false) && !tail {
+                    self.hook_return(entry_sp);
+                }
+            }
+            Callee::Hide => d.stack.suppress(site_sp, tail),
+            Callee::Leaf(r) | Callee::Unarmed(r) => {
+                d.stack.leaf(&rec, r, flags, func, site, site_sp, tail)
+            }
+            Callee::Wait => match e.ftrace_site {
+                Some(ip) => self.redirect_entry(d, regs, ip, func),
+                // The callee runs already: it cannot be armed before it does.
+                None => {
+                    d.wait.last_redirect = 0;
+                    self.want(func);
+                    d.stack
+                        .leaf(&rec, Reason::StaticCall, flags, func, site, site_sp, tail);
+                }
+            },
+        }
+        0
+    }
+}

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! fctrace's own `ftrace_ops`: entry hooks on exactly the functions the traced tasks can
+//! reach (see `engine/entry.rs` for what the callback does). The ops itself lives in
+//! helpers.c (its callback must be C: it runs for every task that calls a hooked function,
+//! and decides with one check that another task's call is none of fctrace's business).
+
+use crate::bindings;
+use kernel::alloc::KVec;
+use kernel::prelude::*;
+
+/// The set of hooked ftrace sites. The ops is registered while the set is not empty (an
+/// ops without a filter would hook every function) and unregistered when it is cleared or
+/// dropped.
+pub(crate) struct EntryHooks {
+    ips: KVec<u64>,
+}
+
+impl EntryHooks {
+    pub(crate) const fn new() -> Self {
+        EntryHooks { ips: KVec::new() }
+    }
+
+    /// Hooks the ftrace sites `ips`, in one update of the ops' filter (one text update for
+    /// all). Fails as a whole (`EINVAL` when one of them is not an ftrace site, `EBUSY`
+    /// when another ops' exclusive use of one refuses it). Sleeps.
+    pub(crate) fn add(&mut self, ips: &[u64]) -> Result {
+        if ips.is_empty() {
+            return Ok(());
+        }
+        self.ips.reserve(ips.len(), GFP_KERNEL)?;
+        // SAFETY: a C wrapper; `ips` is valid for `ips.len()` words (`u64` is `unsigned
+        // long` on 64-bit kernels), only read.
+        let r = unsafe { bindings::fctrace_entry_hooks_add(ips.as_ptr().cast(), ips.len() as u32) };
+        if r != 0 {
+            return Err(Error::from_errno(r));
+        }
+        // Capacity was reserved: this does not allocate.
+        let _ = self.ips.extend_from_slice(ips, GFP_KERNEL);
+        Ok(())
+    }
+
+    /// Unhooks everything; when it returns, no callback runs any more. Sleeps.
+    pub(crate) fn clear(&mut self) {
+        // SAFETY: a C wrapper; process context, no spinlock held (our callers hold only
+        // the tracer's mutex).
+        unsafe { bindings::fctrace_entry_hooks_clear() };
+        self.ips = KVec::new();
+    }
+}
+
+impl Drop for EntryHooks {
+    fn drop(&mut self) {
+        if !self.ips.is_empty() {
+            self.clear();
+        }
+    }
+}
