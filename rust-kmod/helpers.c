@@ -520,24 +520,41 @@ static void notrace fctrace_entry_func(unsigned long ip, unsigned long parent_ip
 				       struct ftrace_ops *op, struct ftrace_regs *fregs)
 {
 	struct pt_regs *regs = &arch_ftrace_regs(fregs)->regs;
+	unsigned long list;
 	int bit;
 
 	if (likely(!fctrace_entry_wanted(current->tgid)))
 		return;
+	/*
+	 * Called through ftrace's list function: another ftrace user hooks this function
+	 * too. The list function holds its recursion bit of this context (and disabled
+	 * preemption once more), and the other users' callbacks may change the registers
+	 * (livepatch the instruction pointer, a BPF trampoline %rax).
+	 */
+	list = current->trace_recursion &
+	       (BIT(TRACE_LIST_START + trace_get_context_bit()) |
+		BIT(TRACE_LIST_START + TRACE_CTX_TRANSITION));
 	bit = fctrace_recursion_lock();
 	if (bit < 0)
 		return;
 	/*
-	 * ftrace_caller() saves no flags: the handler decides whether the task may sleep by
-	 * IF, AC and DF, which ftrace's trampoline did not change.
+	 * ftrace_caller() saves no flags (ftrace_regs_caller() does): the handler decides
+	 * whether the task may sleep by IF, AC and DF, which ftrace's trampoline did not
+	 * change.
 	 */
-	regs->flags = native_save_fl();
-	fctrace_entry_hook(ip, regs, bit >> 8 ? 2 : 1);
+	if (!ftrace_get_regs(fregs))
+		regs->flags = native_save_fl();
+	fctrace_entry_hook(ip, regs, (bit >> 8 ? 2 : 1) + !!list, !!list);
 	fctrace_recursion_unlock(bit);
 }
 
+/*
+ * PERMANENT: registering fails while ftrace is disabled (sysctl kernel.ftrace_enabled),
+ * and the sysctl cannot disable it meanwhile: fctrace's hooks are never silently off.
+ */
 static struct ftrace_ops fctrace_entry_ops = {
 	.func = fctrace_entry_func,
+	.flags = FTRACE_OPS_FL_PERMANENT,
 };
 
 static bool fctrace_entry_registered;

@@ -60,8 +60,10 @@ SYM_FUNC_END(fctrace_trampoline)
  * carries no argument into a function; kernel code is built without SSE, so not even a
  * variadic one reads %al). Pushed, it is the return address: the task waits as in
  * fctrace_trampoline, then the ftrace site runs again, now with its function armed.
- * (fctrace_arm_pending_entry counts the task in: another ftrace callback running after
- * fctrace's, such as livepatch's, may have sent it elsewhere.)
+ * The entry hook sends a task here only where it is the function's only ftrace user (no
+ * other callback can have changed %rax or the instruction pointer). As in fctrace_return,
+ * a call before the last `ret` keeps the return stack buffer balanced (that `ret` goes
+ * where no call was made), and the `ret` bypasses call-depth accounting's return thunk.
  */
 SYM_CODE_START(fctrace_entry_trampoline)
 	UNWIND_HINT_FUNC
@@ -70,11 +72,18 @@ SYM_CODE_START(fctrace_entry_trampoline)
 	UNWIND_HINT_FUNC
 	pushfq
 	PUSH_SCRATCH
-	movq	9*8(%rsp), %rdi
+	movq	9*8(%rsp), %rdi		/* the flags at the function's entry */
 	call	fctrace_arm_pending_entry
 	POP_SCRATCH
 	popfq
-	RET
+	ANNOTATE_INTRA_FUNCTION_CALL
+	call	.Lfctrace_entry_rop
+	int3
+.Lfctrace_entry_rop:
+	leaq	8(%rsp), %rsp
+	ALTERNATIVE __stringify(RET), \
+		    __stringify(ANNOTATE_UNRET_SAFE; ret; int3), \
+		    X86_FEATURE_CALL_DEPTH
 SYM_CODE_END(fctrace_entry_trampoline)
 
 /*

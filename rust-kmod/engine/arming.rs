@@ -241,7 +241,7 @@ impl Tracer {
                     }
                 } else if kind
                     .direct_callee()
-                    .is_some_and(|c| self.table.hook_of(c) & HOOK_ENTRY != 0)
+                    .is_some_and(|c| self.hooks.bits(c) & HOOK_ENTRY != 0)
                 {
                     return;
                 }
@@ -271,7 +271,7 @@ impl Tracer {
         // all the same (its frames close through their hooked returns).
         let mut hooked_callees = KVec::new();
         for &(c, _) in callees.iter() {
-            if self.table.hook_of(c) & HOOK_ENTRY != 0 && !hooked_callees.contains(&c) {
+            if self.hooks.bits(c) & HOOK_ENTRY != 0 && !hooked_callees.contains(&c) {
                 // Without room, arming ahead does not walk through it.
                 let _ = hooked_callees.push(c, GFP_KERNEL);
             }
@@ -318,22 +318,18 @@ impl Tracer {
     /// followed, all in one update of the ftrace filter. Those that cannot have one are
     /// marked so (their call sites get probes).
     fn hook_callees(&self, inner: &mut TracerInner, callees: &[(u64, bool)], sym: &mut SymBuf) {
-        let mut new: KVec<(u64, EntryId)> = KVec::new();
+        let hooks = &self.hooks;
+        let mut new: KVec<(u64, u64)> = KVec::new();
         let mut ips: KVec<u64> = KVec::new();
         for &(c, tail) in callees {
             let tail_bit = if tail { HOOK_TAIL } else { 0 };
-            let h = self.table.hook_of(c);
+            let h = hooks.bits(c);
             if h & (HOOK_ENTRY | HOOK_NONE) != 0 {
                 if h & HOOK_ENTRY != 0 && tail {
-                    if let Some(id) = self.table.find(c) {
-                        self.table.add_hook(id, HOOK_TAIL, 0);
-                    }
+                    hooks.add(c, HOOK_TAIL, 0);
                 }
                 continue;
             }
-            let Some(id) = self.table.ensure(c) else {
-                continue;
-            };
             let site = match sym.lookup(c) {
                 Some(info) if info.offset == 0 && !never_probed(inner, c, info.name.as_bytes()) => {
                     ftrace_site(c)
@@ -341,18 +337,20 @@ impl Tracer {
                 _ => None,
             };
             let Some(ip) = site else {
-                self.table.add_hook(id, HOOK_NONE, 0);
+                hooks.add(c, HOOK_NONE, 0);
                 continue;
             };
-            // Published before the hook goes live (no callback runs before that).
-            self.table
-                .add_hook(id, HOOK_ENTRY | tail_bit, *call_range(c, sym).start());
-            if new.reserve(1, GFP_KERNEL).is_err() || ips.push(ip, GFP_KERNEL).is_err() {
-                self.table.set_hook(id, HOOK_NONE);
+            if new.reserve(1, GFP_KERNEL).is_err() || ips.reserve(1, GFP_KERNEL).is_err() {
                 continue;
             }
-            // Room was reserved: this does not allocate.
-            let _ = new.push((ip, id), GFP_KERNEL);
+            // Published before the hook goes live (no callback runs before that). A full
+            // table: the callee keeps probes on its call sites.
+            if !hooks.add(c, HOOK_ENTRY | tail_bit, *call_range(c, sym).start()) {
+                continue;
+            }
+            // Room was reserved: these do not allocate.
+            let _ = ips.push(ip, GFP_KERNEL);
+            let _ = new.push((ip, c), GFP_KERNEL);
         }
         if new.is_empty() {
             return;
@@ -361,7 +359,7 @@ impl Tracer {
             self.stats.registrations.fetch_add(1, Ordering::Relaxed);
             inner.entry.add(&ips).is_ok()
         });
-        for &(ip, id) in new.iter() {
+        for &(ip, c) in new.iter() {
             // One refused the batch (ftrace said no to it): each on its own.
             let hooked = ok
                 || timed(&self.stats.register_ns, || {
@@ -371,7 +369,7 @@ impl Tracer {
             if hooked {
                 self.stats.entry_hooks.fetch_add(1, Ordering::Relaxed);
             } else {
-                self.table.set_hook(id, HOOK_NONE);
+                hooks.set(c, HOOK_NONE);
                 self.stats
                     .entry_hooks_refused
                     .fetch_add(1, Ordering::Relaxed);

@@ -40,9 +40,12 @@ use core::sync::atomic::Ordering;
 use kernel::ffi::c_int;
 
 /// Whether the 5 bytes at `site` are a call (`e8 rel32`) into `target`, an address range.
+/// A breakpoint in place of the opcode counts (someone else's kprobe, or `text_poke_bp()`
+/// rewriting a static call): fctrace's own call-site probes never sit on a call of a
+/// hooked function, and a breakpoint at an indirect call leaves no rel32 into `target`.
 fn is_call_to(site: u64, target: core::ops::RangeInclusive<u64>) -> bool {
     let mut b = [0u8; 5];
-    if !read_kernel(site, &mut b) || b[0] != 0xe8 {
+    if !read_kernel(site, &mut b) || !matches!(b[0], 0xe8 | 0xcc) {
         return false;
     }
     let rel = i32::from_le_bytes([b[1], b[2], b[3], b[4]]);
@@ -56,9 +59,22 @@ pub(super) struct Entered {
     pub(super) pfx: u64,
     /// Some armed function tail-calls it.
     pub(super) tail_ok: bool,
-    /// The hook is fctrace's ftrace callback at this ftrace site (the task can be sent to
-    /// wait for the function to be armed); `None` for a kprobe (`static_call.rs`).
-    pub(super) ftrace_site: Option<u64>,
+    /// What kind of hook it is.
+    pub(super) via: Via,
+}
+
+/// The hook a function was entered through.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Via {
+    /// fctrace's ftrace callback at this ftrace site, its only user there: a task can be
+    /// sent to wait for the function to be armed.
+    Ftrace(u64),
+    /// The same, called through ftrace's list function (another ftrace user hooks the
+    /// function too, and may change the registers ftrace returns with): no task is sent
+    /// to wait.
+    Shared(u64),
+    /// A kprobe (`static_call.rs`): the function runs already.
+    Kprobe,
 }
 
 /// The C callback asks first: is the current task (thread group `tgid`) traced?
@@ -70,20 +86,29 @@ pub(crate) extern "C" fn fctrace_entry_wanted(tgid: u32) -> bool {
 /// The C callback (helpers.c) of the ftrace site `ip`, with ftrace's registers (`flags`
 /// filled in), under ftrace's recursion protection.
 #[no_mangle]
-pub(crate) extern "C" fn fctrace_entry_hook(ip: u64, regs: *mut bindings::pt_regs, levels: u32) {
+pub(crate) extern "C" fn fctrace_entry_hook(
+    ip: u64,
+    regs: *mut bindings::pt_regs,
+    levels: u32,
+    shared: bool,
+) {
     let Some(tr) = tracer() else { return };
     // SAFETY: ftrace passes its saved registers of this entry, ours until we return.
     let Some(regs) = (unsafe { regs.as_mut() }) else {
         return;
     };
-    let Some((func, hook, pfx)) = tr.table.hooked_at(ip) else {
+    let Some((func, hook, pfx)) = tr.hooks.hooked_at(ip) else {
         return;
     };
     let e = Entered {
         func,
         pfx,
         tail_ok: hook & HOOK_TAIL != 0,
-        ftrace_site: Some(ip),
+        via: if shared {
+            Via::Shared(ip)
+        } else {
+            Via::Ftrace(ip)
+        },
     };
     tr.on_entry(&e, regs, levels);
 }
@@ -187,7 +212,10 @@ impl Tracer {
         }
         // The key of a wait: the ftrace site (the task comes back to it), or for a kprobe
         // entry (which cannot send the task to wait) the call site.
-        let key = e.ftrace_site.unwrap_or(site);
+        let key = match e.via {
+            Via::Ftrace(ip) | Via::Shared(ip) => ip,
+            Via::Kprobe => site,
+        };
         let callee = self.classify_call(&cur, d, func, key, tail);
         if !matches!(callee, Callee::Wait) {
             d.wait.last_redirect = 0;
@@ -202,14 +230,18 @@ impl Tracer {
             Callee::Leaf(r) | Callee::Unarmed(r) => {
                 d.stack.leaf(&rec, r, flags, func, site, site_sp, tail)
             }
-            Callee::Wait => match e.ftrace_site {
-                Some(ip) => self.redirect_entry(d, regs, ip, func),
-                // The callee runs already: it cannot be armed before it does.
-                None => {
+            Callee::Wait => match e.via {
+                Via::Ftrace(ip) => self.redirect_entry(d, regs, ip, func),
+                // The callee runs (or will, whatever fctrace asks) before it can be armed.
+                Via::Shared(_) | Via::Kprobe => {
                     d.wait.last_redirect = 0;
                     self.want(func);
-                    d.stack
-                        .leaf(&rec, Reason::StaticCall, flags, func, site, site_sp, tail);
+                    let r = if e.via == Via::Kprobe {
+                        Reason::StaticCall
+                    } else {
+                        Reason::SharedSite
+                    };
+                    d.stack.leaf(&rec, r, flags, func, site, site_sp, tail);
                 }
             },
         }

@@ -274,6 +274,8 @@ pub(crate) struct Tracer {
     root: AtomicU64,
     syscall_table: AtomicU64,
     table: table::FuncTable,
+    /// Direct callees of armed functions and their entry hooks (see `entry.rs`).
+    hooks: table::HookTable,
     trees: tree::Trees,
     waits: wait::Waits,
     preempt: preempt::Preempt,
@@ -376,6 +378,7 @@ pub(crate) struct TracerHandle(Pin<KBox<Tracer>>);
 impl TracerHandle {
     pub(crate) fn new() -> Result<Self> {
         let table = table::FuncTable::new()?;
+        let hooks = table::HookTable::new()?;
         let trees = tree::Trees::new()?;
         let returns = returns::Returns::new()?;
         let buf = Buffer::new(DEFAULT_BUFFER_KB * 1024)?;
@@ -392,6 +395,7 @@ impl TracerHandle {
                 root: AtomicU64::new(0),
                 syscall_table: AtomicU64::new(0),
                 table,
+                hooks,
                 trees,
                 waits: wait::Waits::new(),
                 preempt: preempt::Preempt::new(),

@@ -61,6 +61,14 @@ impl Tracer {
         if self.settings.option(OptionName::Irqs) {
             self.add_irq_roots(inner);
         }
+        // The exit and fork hooks are kprobes at those functions' ftrace sites, so their
+        // entry hooks share the site and never send a task to wait there (see `entry.rs`):
+        // armed ahead, they are followed from the first call.
+        for f in [c_str!("do_exit"), c_str!("wake_up_new_task")] {
+            if let Ok((a, _)) = resolve(f) {
+                self.want_if_room(a);
+            }
+        }
         self.schedule_reap();
         Ok(())
     }
@@ -161,6 +169,7 @@ impl Tracer {
         self.stats.static_hooks.store(0, Ordering::Relaxed);
         inner.funcs = KVec::new();
         self.table.clear();
+        self.hooks.clear();
         self.waits.clear_wanted();
         self.stats.probes_armed.store(0, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::AcqRel);

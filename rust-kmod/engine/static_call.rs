@@ -19,7 +19,7 @@
 //! later to a callee without a hook is not seen.
 
 use super::arming::{call_range, never_probed};
-use super::entry::Entered;
+use super::entry::{Entered, Via};
 use super::{tracer, Tracer, TracerInner};
 use crate::bindings;
 use crate::kprobe::{Handler, Probe};
@@ -133,7 +133,7 @@ impl Tracer {
             func: p.data.func,
             pfx: p.data.pfx,
             tail_ok: p.data.tail.load(Ordering::Relaxed),
-            ftrace_site: None,
+            via: Via::Kprobe,
         };
         self.on_entry(&e, regs, u32::from(p.is_ftrace_based()))
     }

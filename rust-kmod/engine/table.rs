@@ -63,19 +63,7 @@ struct Entry {
     last: AtomicU64,
     /// The end of its code (armed functions; 0 otherwise).
     end: AtomicU64,
-    /// Entry hook: `HOOK_*` bits.
-    hook: AtomicU32,
-    /// Where calls of it may point (see `arming::call_range`): its padding's start, or
-    /// its start.
-    pfx: AtomicU64,
 }
-
-/// The function has an entry hook (see `entry.rs`).
-pub(crate) const HOOK_ENTRY: u32 = 1;
-/// Some armed function tail-calls it.
-pub(crate) const HOOK_TAIL: u32 = 2;
-/// It cannot have one (no ftrace site, or ftrace refused it): its call sites are probed.
-pub(crate) const HOOK_NONE: u32 = 4;
 
 pub(crate) struct FuncTable {
     entries: KVVec<Entry>,
@@ -94,8 +82,6 @@ impl FuncTable {
                     open: AtomicU32::new(0),
                     last: AtomicU64::new(0),
                     end: AtomicU64::new(0),
-                    hook: AtomicU32::new(0),
-                    pfx: AtomicU64::new(0),
                 },
                 GFP_KERNEL,
             )?;
@@ -183,47 +169,6 @@ impl FuncTable {
 
     /// Whether one more entry would make the table more than 3/4 full: kept below that,
     /// every function tried gets an entry (and is never armed twice).
-    /// The entry of `func`, added (state `Unknown`) if it has none.
-    pub(crate) fn ensure(&self, func: u64) -> Option<EntryId> {
-        self.find(func)
-            .or_else(|| self.insert(func, FuncState::Unknown))
-    }
-
-    /// The `HOOK_*` bits of `func` (0 when it has no entry).
-    pub(crate) fn hook_of(&self, func: u64) -> u32 {
-        self.find(func)
-            .and_then(|i| self.entry(i))
-            .map_or(0, |e| e.hook.load(Ordering::Acquire))
-    }
-
-    /// Adds `bits` to the `HOOK_*` bits of entry `id`; with `HOOK_ENTRY`, `pfx` is where
-    /// calls of it may point (published before the bit).
-    pub(crate) fn add_hook(&self, id: EntryId, bits: u32, pfx: u64) {
-        if let Some(e) = self.entry(id) {
-            if bits & HOOK_ENTRY != 0 {
-                e.pfx.store(pfx, Ordering::Relaxed);
-            }
-            e.hook.fetch_or(bits, Ordering::AcqRel);
-        }
-    }
-
-    /// Sets the `HOOK_*` bits of entry `id` to `bits`.
-    pub(crate) fn set_hook(&self, id: EntryId, bits: u32) {
-        if let Some(e) = self.entry(id) {
-            e.hook.store(bits, Ordering::Release);
-        }
-    }
-
-    /// The hooked function whose ftrace site is `ip` (after `endbr64` or at the start),
-    /// with its `HOOK_*` bits and the start of its call range.
-    pub(crate) fn hooked_at(&self, ip: u64) -> Option<(u64, u32, u64)> {
-        [ip.wrapping_sub(4), ip].into_iter().find_map(|f| {
-            let e = self.entry(self.find(f)?)?;
-            let h = e.hook.load(Ordering::Acquire);
-            (h & HOOK_ENTRY != 0).then(|| (f, h, e.pfx.load(Ordering::Relaxed)))
-        })
-    }
-
     pub(crate) fn nearly_full(&self) -> bool {
         self.used.load(Ordering::Relaxed) + 1 >= TABLE_CAP * 3 / 4
     }
@@ -274,7 +219,132 @@ impl FuncTable {
             e.open.store(0, Ordering::Relaxed);
             e.last.store(0, Ordering::Relaxed);
             e.end.store(0, Ordering::Relaxed);
-            e.hook.store(0, Ordering::Relaxed);
+        }
+        self.used.store(0, Ordering::Relaxed);
+    }
+}
+
+/// The most functions with a `HOOK_*` mark (hooked or not hookable) in one session.
+const HOOK_CAP: usize = 32768;
+
+/// The function has an entry hook (see `entry.rs`).
+pub(crate) const HOOK_ENTRY: u32 = 1;
+/// Some armed function tail-calls it.
+pub(crate) const HOOK_TAIL: u32 = 2;
+/// It cannot have one (no ftrace site, or ftrace refused it): its call sites are probed.
+pub(crate) const HOOK_NONE: u32 = 4;
+
+/// One function's mark.
+struct Hook {
+    /// The function's start (0: free).
+    key: AtomicU64,
+    /// `HOOK_*` bits.
+    bits: AtomicU32,
+    /// Where calls of it may point (see `arming::call_range`): its padding's start, or
+    /// its start.
+    pfx: AtomicU64,
+}
+
+/// The direct callees of armed functions and their entry hooks, apart from the function
+/// table (which holds what fctrace armed, refused or hid: a callee is only a candidate).
+/// Open addressing like [`FuncTable`]: one writer (the mutex holder), lock-free readers
+/// (the entry hook's handler); emptied when tracing stops.
+pub(crate) struct HookTable {
+    entries: KVVec<Hook>,
+    used: AtomicUsize,
+}
+
+impl HookTable {
+    pub(crate) fn new() -> Result<Self> {
+        let mut entries = KVVec::with_capacity(HOOK_CAP, GFP_KERNEL)?;
+        for _ in 0..HOOK_CAP {
+            entries.push(
+                Hook {
+                    key: AtomicU64::new(0),
+                    bits: AtomicU32::new(0),
+                    pfx: AtomicU64::new(0),
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        Ok(HookTable {
+            entries,
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    fn find(&self, func: u64) -> Option<&Hook> {
+        let mut i = (func >> 4) as usize % HOOK_CAP;
+        for _ in 0..HOOK_CAP {
+            let e = &self.entries[i];
+            let k = e.key.load(Ordering::Acquire);
+            if k == func {
+                return Some(e);
+            }
+            if k == 0 {
+                return None;
+            }
+            i = (i + 1) % HOOK_CAP;
+        }
+        None
+    }
+
+    /// The `HOOK_*` bits of `func` (0 when it has none).
+    pub(crate) fn bits(&self, func: u64) -> u32 {
+        self.find(func)
+            .map_or(0, |e| e.bits.load(Ordering::Acquire))
+    }
+
+    /// Adds `bits` to `func`'s mark, making one (false when the table is 3/4 full: then
+    /// the callee keeps probes on its call sites). With `HOOK_ENTRY`, `pfx` is where calls
+    /// of it may point (published before the bit). With the mutex held (single writer).
+    pub(crate) fn add(&self, func: u64, bits: u32, pfx: u64) -> bool {
+        let e = match self.find(func) {
+            Some(e) => e,
+            None => {
+                if self.used.load(Ordering::Relaxed) + 1 >= HOOK_CAP * 3 / 4 {
+                    return false;
+                }
+                let mut i = (func >> 4) as usize % HOOK_CAP;
+                while self.entries[i].key.load(Ordering::Relaxed) != 0 {
+                    i = (i + 1) % HOOK_CAP;
+                }
+                let e = &self.entries[i];
+                e.bits.store(0, Ordering::Relaxed);
+                e.key.store(func, Ordering::Release);
+                self.used.fetch_add(1, Ordering::Relaxed);
+                e
+            }
+        };
+        if bits & HOOK_ENTRY != 0 {
+            e.pfx.store(pfx, Ordering::Relaxed);
+        }
+        e.bits.fetch_or(bits, Ordering::AcqRel);
+        true
+    }
+
+    /// Sets `func`'s bits to `bits` (it has a mark).
+    pub(crate) fn set(&self, func: u64, bits: u32) {
+        if let Some(e) = self.find(func) {
+            e.bits.store(bits, Ordering::Release);
+        }
+    }
+
+    /// The hooked function whose ftrace site is `ip` (after `endbr64` or at the start),
+    /// with its `HOOK_*` bits and the start of its call range.
+    pub(crate) fn hooked_at(&self, ip: u64) -> Option<(u64, u32, u64)> {
+        [ip.wrapping_sub(4), ip].into_iter().find_map(|f| {
+            let e = self.find(f)?;
+            let b = e.bits.load(Ordering::Acquire);
+            (b & HOOK_ENTRY != 0).then(|| (f, b, e.pfx.load(Ordering::Relaxed)))
+        })
+    }
+
+    /// Forgets every mark (tracing stopped: no hook is registered).
+    pub(crate) fn clear(&self) {
+        for e in self.entries.iter() {
+            e.key.store(0, Ordering::Relaxed);
+            e.bits.store(0, Ordering::Relaxed);
             e.pfx.store(0, Ordering::Relaxed);
         }
         self.used.store(0, Ordering::Relaxed);

@@ -183,6 +183,23 @@ impl Tracer {
         self.kick_work();
     }
 
+    /// Queues `target` for arming ahead only into a free slot of the queue (calls made in
+    /// atomic context, which `want` queues, keep theirs); false when there is none.
+    pub(crate) fn want_if_room(&self, target: u64) -> bool {
+        let w = &self.waits;
+        if w.wanted.iter().any(|x| x.load(Ordering::Relaxed) == target) {
+            return true;
+        }
+        let queued = w.wanted.iter().any(|x| {
+            x.compare_exchange(0, target, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        });
+        if queued {
+            self.kick_work();
+        }
+        queued
+    }
+
     /// Functions queued for arming ahead and not armed yet, plus one while the work item
     /// is arming a batch it took from the queue (for `stats`: 0 means arming ahead is
     /// done; on a slow kernel a batch takes seconds).
@@ -345,8 +362,8 @@ impl Tracer {
             if armed {
                 if let Some(f) = self.armed_func(inner, t) {
                     for c in f.direct_callees() {
-                        if self.table.lookup(c) == FuncState::Unknown {
-                            self.want(c);
+                        if self.table.lookup(c) == FuncState::Unknown && !self.want_if_room(c) {
+                            break;
                         }
                     }
                 }

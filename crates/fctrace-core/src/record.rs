@@ -66,6 +66,11 @@ pub enum Reason {
     /// `static_call_update()`): seen only at the callee's entry, where the task cannot
     /// wait for the callee to be armed. It is armed for its next call.
     StaticCall = 11,
+    /// The callee's ftrace site is shared with another ftrace user (function_graph, a
+    /// kprobe, BPF, livepatch), whose callbacks may change the registers the function
+    /// runs with: the task is not sent to wait there for the callee to be armed. It is
+    /// armed for its next call.
+    SharedSite = 12,
 }
 
 impl Reason {
@@ -83,6 +88,7 @@ impl Reason {
             9 => Reason::NotFunction,
             10 => Reason::ArmTimeout,
             11 => Reason::StaticCall,
+            12 => Reason::SharedSite,
             _ => Reason::None,
         }
     }
@@ -102,11 +108,12 @@ impl Reason {
             Reason::NotFunction => "not followed: not a function start",
             Reason::ArmTimeout => "not followed: arming timed out",
             Reason::StaticCall => "not followed: static call",
+            Reason::SharedSite => "not followed: shared ftrace site",
         }
     }
 
     /// Number of reasons, for per-reason counters.
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 13;
 
     /// Name of the per-reason counter in the `stats` file.
     pub fn stat_name(self) -> &'static str {
@@ -123,6 +130,7 @@ impl Reason {
             Reason::NotFunction => "not_followed_not_function",
             Reason::ArmTimeout => "not_followed_arm_timeout",
             Reason::StaticCall => "not_followed_static_call",
+            Reason::SharedSite => "not_followed_shared_site",
         }
     }
 }
