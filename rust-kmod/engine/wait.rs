@@ -23,6 +23,10 @@ const AHEAD_BUDGET: usize = 256;
 /// How many levels of direct callees are armed ahead below a function first called in
 /// atomic context. Deeper calls are learned the same way on later runs.
 const AHEAD_DEPTH: u8 = 4;
+/// Direct callees of a function armed for a waiting task that are armed before the task
+/// goes on, and how many more are queued for arming ahead.
+const SYNC_CALLEES: usize = 16;
+const WANT_CALLEES: usize = 48;
 /// The most functions one round of arming ahead looks at (armed ones included).
 const AHEAD_WALK: usize = 4096;
 
@@ -355,17 +359,40 @@ impl Tracer {
             let armed = self.active.load(Ordering::Acquire)
                 && self.table.lookup(t) == FuncState::Unknown
                 && self.arm(inner, t) == FuncState::Armed;
-            let _ = req.compare_exchange(t, 0, Ordering::AcqRel, Ordering::Relaxed);
-            wake_armed();
-            // What it calls directly may run in atomic context, where the task cannot
-            // wait: armed ahead, in the background.
+            // What it calls directly may run in atomic context (after it takes a lock),
+            // where the task cannot wait: the first of its callees are armed before the
+            // task goes on, the others ahead, in the background.
+            let mut callees = [0u64; SYNC_CALLEES + WANT_CALLEES];
+            let mut n = 0;
             if armed {
                 if let Some(f) = self.armed_func(inner, t) {
                     for c in f.direct_callees() {
-                        if self.table.lookup(c) == FuncState::Unknown && !self.want_if_room(c) {
+                        if n == callees.len() {
                             break;
                         }
+                        if self.table.lookup(c) == FuncState::Unknown && !callees[..n].contains(&c)
+                        {
+                            callees[n] = c;
+                            n += 1;
+                        }
                     }
+                }
+            }
+            let (now, later) = callees[..n].split_at(n.min(SYNC_CALLEES));
+            for &c in now {
+                if !self.active.load(Ordering::Acquire) {
+                    break;
+                }
+                if self.table.lookup(c) == FuncState::Unknown {
+                    self.arm(inner, c);
+                    self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            let _ = req.compare_exchange(t, 0, Ordering::AcqRel, Ordering::Relaxed);
+            wake_armed();
+            for &c in later {
+                if !self.want_if_room(c) {
+                    break;
                 }
             }
         }

@@ -26,6 +26,9 @@
 # B's reads ("vfs_read() {" at depth 0). One line:
 #   BENCHC mode=M calls=.. roots=.. lost=..
 # (lost: events the tracer dropped in that run.)
+#
+# Then the cold first run of a few system-call workloads (BENCHCOLD lines) and the cost
+# of arming a wide workload as the armed set grows (BENCHARM lines): see below.
 F=/sys/kernel/fctrace
 T=/sys/kernel/tracing
 REPS=${REPS:-3}
@@ -153,4 +156,115 @@ for mode in none fctrace fctrace-nosched fctrace-lean ftrace; do
     complete $mode
     stop_tracer $mode
 done
+
+# Cold first run, per workload: fctrace's first run in a fresh session (nothing
+# armed: tracing starts for this process) and, separately, function_graph's run
+# of the same workload, compared as the oracle selftests compare (their
+# oracle_seq: the call sequences in the roots' trees, interrupts left out; the
+# agreement over the functions both show). Separate runs, so that no ftrace
+# site is shared between the two tracers (fctrace would not make the task wait
+# at a shared one). One line per workload:
+#   BENCHCOLD name=N fct=.. ftrace=.. common_fct=.. common_ftrace=.. agreement=..
+. /selftests/test.d/functions
+FCTRACE=$F
+TRACEFS=$T
+cold_start() { # cmd...: a gated workload that prints "ready", in the background
+    rm -f $FCT_GATE
+    "$@" > /tmp/cold.out &
+    C=$!
+    while ! grep -q ready /tmp/cold.out; do sleep 0.05; done
+}
+cold() { # name roots cmd...
+    name=$1 roots=$2
+    shift 2
+    echo > $F/set_pid
+    echo > $F/trace
+    echo > $F/start_function
+    echo '!__x64_sys_access !__x64_sys_clock_nanosleep !__x64_sys_nanosleep !__x64_sys_exit_group' > $F/filter
+    cold_start "$@"
+    echo $C > $F/set_pid
+    touch $FCT_GATE
+    wait $C
+    cat $F/trace > /tmp/cold.fct
+    P1=$C
+    echo > $F/set_pid
+    echo > $F/filter
+    echo 0 > $T/tracing_on
+    echo nop > $T/current_tracer
+    echo 8192 > $T/buffer_size_kb
+    echo 0 > $T/options/funcgraph-irqs
+    echo 1 > $T/options/funcgraph-proc
+    echo "$roots" > $T/set_graph_function
+    echo function_graph > $T/current_tracer
+    cold_start "$@"
+    echo > $T/trace
+    echo $C > $T/set_ftrace_pid
+    echo 1 > $T/tracing_on
+    touch $FCT_GATE
+    wait $C
+    echo 0 > $T/tracing_on
+    cat $T/trace > /tmp/cold.ft
+    echo nop > $T/current_tracer
+    echo > $T/set_ftrace_pid
+    echo > $T/set_graph_function
+    oracle_seq /tmp/cold.fct $P1 "$roots" > /tmp/cold.fseq
+    oracle_seq /tmp/cold.ft $C "$roots" > /tmp/cold.tseq
+    sort -u /tmp/cold.fseq > /tmp/cold.fn
+    sort -u /tmp/cold.tseq > /tmp/cold.tn
+    awk 'NR == FNR { a[$0] = 1; next } $0 in a' /tmp/cold.fn /tmp/cold.tn > /tmp/cold.cn
+    awk 'NR == FNR { c[$0] = 1; next } $0 in c' /tmp/cold.cn /tmp/cold.fseq > /tmp/cold.fc
+    awk 'NR == FNR { c[$0] = 1; next } $0 in c' /tmp/cold.cn /tmp/cold.tseq > /tmp/cold.tc
+    diff -d -U 3 /tmp/cold.fc /tmp/cold.tc > /tmp/cold.diff || true
+    lf=$(wc -l < /tmp/cold.fc); lt=$(wc -l < /tmp/cold.tc)
+    d=$(grep -c '^-[^-]' /tmp/cold.diff || true); a=$(grep -c '^+[^+]' /tmp/cold.diff || true)
+    pct=$(awk -v lf="$lf" -v lt="$lt" -v d="$d" -v a="$a" 'BEGIN {
+        m = lf > lt ? lf : lt; lcs = lf - d; if (lt - a < lcs) lcs = lt - a
+        printf "%.2f", m ? 100 * lcs / m : 0 }')
+    echo "BENCHCOLD name=$name fct=$(wc -l < /tmp/cold.fseq) ftrace=$(wc -l < /tmp/cold.tseq)" \
+        "common_fct=$lf common_ftrace=$lt agreement=$pct"
+    grep -o 'not followed: [a-z_ ]*' /tmp/cold.fct | sort | uniq -c | sed 's/^/# cold '"$name"': /'
+}
+
+# Arming: all system calls of a shell running `ls -lR` of /proc/sys and parts of /sys,
+# cat of /proc files, ps, mount, df, dmesg, find (a wide workload), traced from a fresh
+# session; every 2 s, what is armed and what
+# arming took so far. Cut after $ARM_LIMIT seconds. One line per sample:
+#   BENCHARM t=.. funcs=.. reg_us=.. regs=.. hooks=.. probes=..
+ARM_LIMIT=${ARM_LIMIT:-150}
+arming() {
+    echo > $F/set_pid
+    echo > $F/trace
+    echo > $F/start_function
+    echo 0 > $F/disarm_after
+    echo 1024 > $F/buffer_size_kb
+    rm -f $FCT_GATE
+    sh -c 'while [ ! -e $FCT_GATE ]; do sleep 0.05; done
+        for d in /proc/sys /sys/kernel /sys/devices /sys/class /proc/self; do ls -lR $d; done
+        for f in /proc/[0-9]*/status /proc/[0-9]*/maps /proc/*info /proc/vmstat; do cat $f; done
+        ps; mount; df; dmesg; uname -a; find / -xdev -maxdepth 3; sh -c true' > /dev/null 2>&1 &
+    A=$!
+    echo $A > $F/set_pid
+    r0=$(stat_value probe_registration_us)
+    t0=$(date +%s)
+    touch $FCT_GATE
+    # (sampled only while the shell lives: when it exits, tracing stops)
+    while kill -0 $A 2>/dev/null; do
+        t=$(($(date +%s) - t0))
+        echo "BENCHARM t=$t funcs=$(stat_value functions_armed)" \
+            "reg_us=$(($(stat_value probe_registration_us) - r0))" \
+            "regs=$(stat_value probe_registrations) hooks=$(stat_value entry_hooks)" \
+            "probes=$(stat_value probes_armed)"
+        [ $t -ge $ARM_LIMIT ] && { kill $A; wait $A 2>/dev/null; break; }
+        sleep 2
+    done
+    echo > $F/set_pid
+    echo 30 > $F/disarm_after
+}
+
+cold open "__x64_sys_openat __x64_sys_close" fct_ops open /proc/version
+cold read "__x64_sys_openat __x64_sys_read __x64_sys_close" fct_ops read /proc/version
+cold stat "__x64_sys_newfstatat __x64_sys_newstat __x64_sys_statx" fct_ops stat /tmp/stat.file
+cold mmap "__x64_sys_mmap __x64_sys_munmap" fct_ops mmap
+cold fork "__x64_sys_clone __x64_sys_wait4" fct_ops fork
+arming
 echo "BENCH done"

@@ -106,6 +106,119 @@ pub fn parse_complete(console: &str) -> Vec<Complete> {
     out
 }
 
+/// A cold first run (`BENCHCOLD`): fctrace's first run of a workload in a fresh session
+/// against function_graph's run of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cold {
+    pub name: String,
+    /// Calls in the compared trees: fctrace's, function_graph's.
+    pub fct: u64,
+    pub ftrace: u64,
+    /// Agreement (%) over the functions both show, as the oracle selftests compute it.
+    pub agreement: f64,
+}
+
+/// Parses `BENCHCOLD name=.. fct=.. ftrace=.. common_fct=.. common_ftrace=.. agreement=..`.
+pub fn parse_cold(console: &str) -> Vec<Cold> {
+    let mut out = Vec::new();
+    for line in console.lines() {
+        let Some(kv) = fields(line, "BENCHCOLD") else {
+            continue;
+        };
+        let int = |k: &str| kv.get(k).and_then(|v| v.parse::<u64>().ok());
+        let (Some(name), Some(fct), Some(ftrace), Some(agreement)) = (
+            kv.get("name"),
+            int("fct"),
+            int("ftrace"),
+            kv.get("agreement").and_then(|v| v.parse::<f64>().ok()),
+        ) else {
+            continue;
+        };
+        out.push(Cold {
+            name: name.clone(),
+            fct,
+            ftrace,
+            agreement,
+        });
+    }
+    out
+}
+
+/// One sample of the arming run (`BENCHARM`): functions armed, and the time spent
+/// registering (µs) so far.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ArmSample {
+    pub t: u64,
+    pub funcs: u64,
+    pub reg_us: u64,
+}
+
+pub fn parse_arm(console: &str) -> Vec<ArmSample> {
+    let mut out = Vec::new();
+    for line in console.lines() {
+        let Some(kv) = fields(line, "BENCHARM") else {
+            continue;
+        };
+        let int = |k: &str| kv.get(k).and_then(|v| v.parse::<u64>().ok());
+        if let (Some(t), Some(funcs), Some(reg_us)) = (int("t"), int("funcs"), int("reg_us")) {
+            out.push(ArmSample { t, funcs, reg_us });
+        }
+    }
+    out
+}
+
+/// Registration time per armed function (ms) while the armed set grew through `lo..hi`:
+/// between the last sample at or below `lo` (or the start) and the first at or above
+/// `hi` (or the last), with the numbers of functions at both ends.
+pub fn arm_cost(s: &[ArmSample], lo: u64, hi: u64) -> Option<(f64, u64, u64)> {
+    let start = ArmSample {
+        t: 0,
+        funcs: 0,
+        reg_us: 0,
+    };
+    let a = *s.iter().rev().find(|x| x.funcs <= lo).unwrap_or(&start);
+    let b = *s.iter().find(|x| x.funcs >= hi).or(s.last())?;
+    (b.funcs > a.funcs).then(|| {
+        (
+            (b.reg_us - a.reg_us.min(b.reg_us)) as f64 / 1000.0 / (b.funcs - a.funcs) as f64,
+            a.funcs,
+            b.funcs,
+        )
+    })
+}
+
+/// The cold-run and arming lines of the report.
+pub fn cold_table(cold: &[Cold], arm: &[ArmSample]) -> String {
+    let mut t = String::new();
+    if !cold.is_empty() {
+        let _ = writeln!(
+            t,
+            "cold first run (fctrace's first run in a fresh session / function_graph's run, separately):"
+        );
+        for c in cold {
+            let _ = writeln!(
+                t,
+                "  {:<6} fctrace {:>5} calls, function_graph {:>5} calls, agreement {:>6.2}%",
+                c.name, c.fct, c.ftrace, c.agreement
+            );
+        }
+    }
+    if let Some(last) = arm.last() {
+        let _ = writeln!(
+            t,
+            "arming (all system calls of a shell running ls -lR, cat, ps, find...; {} s): {} functions armed",
+            last.t, last.funcs
+        );
+        let top = last.funcs;
+        for (lo, hi) in [(0, 100), (top.saturating_sub(top / 5).max(101), top)] {
+            if let Some((ms, a, b)) = arm_cost(arm, lo, hi) {
+                let _ = writeln!(t, "  {ms:>8.2} ms per function from {a} to {b} armed");
+            }
+        }
+    }
+    t
+}
+
 /// Ratio statistics of `values` against the mean of `base`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Ratio {
@@ -293,6 +406,10 @@ pub fn cmd(args: BenchArgs) -> Result<i32> {
     let t = table(&rows);
     println!("\n==================== fctrace overhead benchmark (ratios: traced / untraced time)");
     print!("{t}");
+    print!(
+        "{}",
+        cold_table(&parse_cold(&run.console), &parse_arm(&run.console))
+    );
     let out = repo_root().join("target/fctrace/bench.json");
     std::fs::create_dir_all(out.parent().ok_or("no parent")?)?;
     std::fs::write(&out, json(&rows))?;
@@ -315,6 +432,30 @@ BENCH mode=ftrace rep=1 other_ns=1500 pingpong_ns=750 stat_ns=200 traced_ns=4000
 BENCHC mode=ftrace calls=1300 roots=100 lost=2
 BENCH done
 ";
+
+    #[test]
+    fn parses_cold_and_arming() {
+        let out = "\
+BENCHCOLD name=open fct=190 ftrace=166 common_fct=166 common_ftrace=166 agreement=98.50
+BENCHARM t=0 funcs=3 reg_us=0 regs=1 hooks=5 probes=2
+BENCHARM t=2 funcs=120 reg_us=240000 regs=9 hooks=50 probes=20
+BENCHARM t=4 funcs=1000 reg_us=1000000 regs=90 hooks=500 probes=200
+BENCHARM t=6 funcs=1200 reg_us=1600000 regs=99 hooks=600 probes=220
+";
+        let c = parse_cold(out);
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].fct, c[0].ftrace), (190, 166));
+        assert!((c[0].agreement - 98.5).abs() < 1e-9);
+        let a = parse_arm(out);
+        assert_eq!(a.len(), 4);
+        let (ms, lo, hi) = arm_cost(&a, 0, 100).unwrap();
+        assert_eq!((lo, hi), (0, 120));
+        assert!((ms - 2.0).abs() < 1e-9);
+        let (ms, lo, hi) = arm_cost(&a, 1100, 1200).unwrap();
+        assert_eq!((lo, hi), (1000, 1200));
+        assert!((ms - 3.0).abs() < 1e-9);
+        assert!(cold_table(&c, &a).contains("agreement  98.50%"));
+    }
 
     #[test]
     fn parses_and_summarizes() {
