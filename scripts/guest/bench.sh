@@ -163,8 +163,10 @@ done
 # oracle_seq: the call sequences in the roots' trees, interrupts left out; the
 # agreement over the functions both show). Separate runs, so that no ftrace
 # site is shared between the two tracers (fctrace would not make the task wait
-# at a shared one). One line per workload:
-#   BENCHCOLD name=N fct=.. ftrace=.. common_fct=.. common_ftrace=.. agreement=..
+# at a shared one). function_graph traces the workload twice: the agreement of its
+# second run with its first is the noise of the comparison (runs differ). One line per
+# workload:
+#   BENCHCOLD name=N fct=.. ftrace=.. agreement=.. ftrace_ftrace=..
 . /selftests/test.d/functions
 FCTRACE=$F
 TRACEFS=$T
@@ -173,6 +175,43 @@ cold_start() { # cmd...: a gated workload that prints "ready", in the background
     "$@" > /tmp/cold.out &
     C=$!
     while ! grep -q ready /tmp/cold.out; do sleep 0.05; done
+}
+ftrace_once() { # out roots cmd...: function_graph alone traces one run; sets C
+    out=$1 roots=$2
+    shift 2
+    echo 0 > $T/tracing_on
+    echo nop > $T/current_tracer
+    echo 8192 > $T/buffer_size_kb
+    echo 0 > $T/options/funcgraph-irqs
+    echo 1 > $T/options/funcgraph-proc
+    echo "$roots" > $T/set_graph_function
+    echo function_graph > $T/current_tracer
+    cold_start "$@"
+    echo > $T/trace
+    echo $C > $T/set_ftrace_pid
+    echo 1 > $T/tracing_on
+    touch $FCT_GATE
+    wait $C
+    echo 0 > $T/tracing_on
+    cat $T/trace > $out
+    echo nop > $T/current_tracer
+    echo > $T/set_ftrace_pid
+    echo > $T/set_graph_function
+}
+agree() { # A PID_A B PID_B roots: the oracle's agreement (%) of A's calls with B's
+    oracle_seq $1 $2 "$5" > /tmp/cold.aseq
+    oracle_seq $3 $4 "$5" > /tmp/cold.bseq
+    sort -u /tmp/cold.aseq > /tmp/cold.an
+    sort -u /tmp/cold.bseq > /tmp/cold.bn
+    awk 'NR == FNR { a[$0] = 1; next } $0 in a' /tmp/cold.an /tmp/cold.bn > /tmp/cold.cn
+    awk 'NR == FNR { c[$0] = 1; next } $0 in c' /tmp/cold.cn /tmp/cold.aseq > /tmp/cold.ac
+    awk 'NR == FNR { c[$0] = 1; next } $0 in c' /tmp/cold.cn /tmp/cold.bseq > /tmp/cold.bc
+    diff -d -U 3 /tmp/cold.ac /tmp/cold.bc > /tmp/cold.diff || true
+    lf=$(wc -l < /tmp/cold.ac); lt=$(wc -l < /tmp/cold.bc)
+    d=$(grep -c '^-[^-]' /tmp/cold.diff || true); a=$(grep -c '^+[^+]' /tmp/cold.diff || true)
+    awk -v lf="$lf" -v lt="$lt" -v d="$d" -v a="$a" 'BEGIN {
+        m = lf > lt ? lf : lt; lcs = lf - d; if (lt - a < lcs) lcs = lt - a
+        printf "%.2f", m ? 100 * lcs / m : 0 }'
 }
 cold() { # name roots cmd...
     name=$1 roots=$2
@@ -189,39 +228,14 @@ cold() { # name roots cmd...
     P1=$C
     echo > $F/set_pid
     echo > $F/filter
-    echo 0 > $T/tracing_on
-    echo nop > $T/current_tracer
-    echo 8192 > $T/buffer_size_kb
-    echo 0 > $T/options/funcgraph-irqs
-    echo 1 > $T/options/funcgraph-proc
-    echo "$roots" > $T/set_graph_function
-    echo function_graph > $T/current_tracer
-    cold_start "$@"
-    echo > $T/trace
-    echo $C > $T/set_ftrace_pid
-    echo 1 > $T/tracing_on
-    touch $FCT_GATE
-    wait $C
-    echo 0 > $T/tracing_on
-    cat $T/trace > /tmp/cold.ft
-    echo nop > $T/current_tracer
-    echo > $T/set_ftrace_pid
-    echo > $T/set_graph_function
-    oracle_seq /tmp/cold.fct $P1 "$roots" > /tmp/cold.fseq
-    oracle_seq /tmp/cold.ft $C "$roots" > /tmp/cold.tseq
-    sort -u /tmp/cold.fseq > /tmp/cold.fn
-    sort -u /tmp/cold.tseq > /tmp/cold.tn
-    awk 'NR == FNR { a[$0] = 1; next } $0 in a' /tmp/cold.fn /tmp/cold.tn > /tmp/cold.cn
-    awk 'NR == FNR { c[$0] = 1; next } $0 in c' /tmp/cold.cn /tmp/cold.fseq > /tmp/cold.fc
-    awk 'NR == FNR { c[$0] = 1; next } $0 in c' /tmp/cold.cn /tmp/cold.tseq > /tmp/cold.tc
-    diff -d -U 3 /tmp/cold.fc /tmp/cold.tc > /tmp/cold.diff || true
-    lf=$(wc -l < /tmp/cold.fc); lt=$(wc -l < /tmp/cold.tc)
-    d=$(grep -c '^-[^-]' /tmp/cold.diff || true); a=$(grep -c '^+[^+]' /tmp/cold.diff || true)
-    pct=$(awk -v lf="$lf" -v lt="$lt" -v d="$d" -v a="$a" 'BEGIN {
-        m = lf > lt ? lf : lt; lcs = lf - d; if (lt - a < lcs) lcs = lt - a
-        printf "%.2f", m ? 100 * lcs / m : 0 }')
-    echo "BENCHCOLD name=$name fct=$(wc -l < /tmp/cold.fseq) ftrace=$(wc -l < /tmp/cold.tseq)" \
-        "common_fct=$lf common_ftrace=$lt agreement=$pct"
+    ftrace_once /tmp/cold.ft1 "$roots" "$@"
+    P2=$C
+    ftrace_once /tmp/cold.ft2 "$roots" "$@"
+    P3=$C
+    pct=$(agree /tmp/cold.fct $P1 /tmp/cold.ft1 $P2 "$roots")
+    noise=$(agree /tmp/cold.ft2 $P3 /tmp/cold.ft1 $P2 "$roots")
+    echo "BENCHCOLD name=$name fct=$(oracle_seq /tmp/cold.fct $P1 "$roots" | wc -l)" \
+        "ftrace=$(oracle_seq /tmp/cold.ft1 $P2 "$roots" | wc -l) agreement=$pct ftrace_ftrace=$noise"
     grep -o 'not followed: [a-z_ ]*' /tmp/cold.fct | sort | uniq -c | sed 's/^/# cold '"$name"': /'
 }
 

@@ -116,9 +116,11 @@ pub struct Cold {
     pub ftrace: u64,
     /// Agreement (%) over the functions both show, as the oracle selftests compute it.
     pub agreement: f64,
+    /// The same, of a second function_graph run with the first: the noise.
+    pub noise: Option<f64>,
 }
 
-/// Parses `BENCHCOLD name=.. fct=.. ftrace=.. common_fct=.. common_ftrace=.. agreement=..`.
+/// Parses `BENCHCOLD name=.. fct=.. ftrace=.. agreement=.. ftrace_ftrace=..`.
 pub fn parse_cold(console: &str) -> Vec<Cold> {
     let mut out = Vec::new();
     for line in console.lines() {
@@ -139,6 +141,7 @@ pub fn parse_cold(console: &str) -> Vec<Cold> {
             fct,
             ftrace,
             agreement,
+            noise: kv.get("ftrace_ftrace").and_then(|v| v.parse::<f64>().ok()),
         });
     }
     out
@@ -196,10 +199,13 @@ pub fn cold_table(cold: &[Cold], arm: &[ArmSample]) -> String {
             "cold first run (fctrace's first run in a fresh session / function_graph's run, separately):"
         );
         for c in cold {
+            let noise = c.noise.map_or(String::new(), |n| {
+                format!(" (function_graph's next run: {n:.2}%)")
+            });
             let _ = writeln!(
                 t,
-                "  {:<6} fctrace {:>5} calls, function_graph {:>5} calls, agreement {:>6.2}%",
-                c.name, c.fct, c.ftrace, c.agreement
+                "  {:<6} fctrace {:>5} calls, function_graph {:>5} calls, agreement {:>6.2}%{}",
+                c.name, c.fct, c.ftrace, c.agreement, noise
             );
         }
     }
@@ -350,7 +356,7 @@ pub fn table(rows: &[Row]) -> String {
     t
 }
 
-pub fn json(rows: &[Row]) -> String {
+pub fn json(rows: &[Row], cold: &[Cold], arm: &[ArmSample]) -> String {
     let ratio = |r: &Ratio| {
         format!(
             "{{\"mean\": {:.4}, \"min\": {:.4}, \"max\": {:.4}}}",
@@ -370,9 +376,33 @@ pub fn json(rows: &[Row]) -> String {
             )
         })
         .collect();
+    let cold: Vec<String> = cold
+        .iter()
+        .map(|c| {
+            format!(
+                "    {{\"workload\": \"{}\", \"fctrace_calls\": {}, \"function_graph_calls\": {}, \"agreement_pct\": {:.2}, \"function_graph_next_run_pct\": {}}}",
+                c.name,
+                c.fct,
+                c.ftrace,
+                c.agreement,
+                c.noise.map_or("null".into(), |n| format!("{n:.2}"))
+            )
+        })
+        .collect();
+    let arm: Vec<String> = arm
+        .iter()
+        .map(|a| {
+            format!(
+                "    {{\"t_s\": {}, \"functions_armed\": {}, \"registration_us\": {}}}",
+                a.t, a.funcs, a.reg_us
+            )
+        })
+        .collect();
     format!(
-        "{{\n  \"workload\": \"traced: pread of /proc/version in a loop, traced from vfs_read; other tasks: the same preads, then a pipe ping-pong, then stat() calls\",\n  \"results\": [\n{}\n  ]\n}}\n",
-        items.join(",\n")
+        "{{\n  \"workload\": \"traced: pread of /proc/version in a loop, traced from vfs_read; other tasks: the same preads, then a pipe ping-pong, then stat() calls\",\n  \"results\": [\n{}\n  ],\n  \"cold_first_run\": [\n{}\n  ],\n  \"arming\": [\n{}\n  ]\n}}\n",
+        items.join(",\n"),
+        cold.join(",\n"),
+        arm.join(",\n")
     )
 }
 
@@ -406,13 +436,11 @@ pub fn cmd(args: BenchArgs) -> Result<i32> {
     let t = table(&rows);
     println!("\n==================== fctrace overhead benchmark (ratios: traced / untraced time)");
     print!("{t}");
-    print!(
-        "{}",
-        cold_table(&parse_cold(&run.console), &parse_arm(&run.console))
-    );
+    let (cold, arm) = (parse_cold(&run.console), parse_arm(&run.console));
+    print!("{}", cold_table(&cold, &arm));
     let out = repo_root().join("target/fctrace/bench.json");
     std::fs::create_dir_all(out.parent().ok_or("no parent")?)?;
-    std::fs::write(&out, json(&rows))?;
+    std::fs::write(&out, json(&rows, &cold, &arm))?;
     note(format!("wrote {}", out.display()));
     Ok(0)
 }
@@ -436,7 +464,7 @@ BENCH done
     #[test]
     fn parses_cold_and_arming() {
         let out = "\
-BENCHCOLD name=open fct=190 ftrace=166 common_fct=166 common_ftrace=166 agreement=98.50
+BENCHCOLD name=open fct=190 ftrace=166 agreement=98.50 ftrace_ftrace=99.10
 BENCHARM t=0 funcs=3 reg_us=0 regs=1 hooks=5 probes=2
 BENCHARM t=2 funcs=120 reg_us=240000 regs=9 hooks=50 probes=20
 BENCHARM t=4 funcs=1000 reg_us=1000000 regs=90 hooks=500 probes=200
@@ -446,6 +474,7 @@ BENCHARM t=6 funcs=1200 reg_us=1600000 regs=99 hooks=600 probes=220
         assert_eq!(c.len(), 1);
         assert_eq!((c[0].fct, c[0].ftrace), (190, 166));
         assert!((c[0].agreement - 98.5).abs() < 1e-9);
+        assert_eq!(c[0].noise, Some(99.1));
         let a = parse_arm(out);
         assert_eq!(a.len(), 4);
         let (ms, lo, hi) = arm_cost(&a, 0, 100).unwrap();
@@ -476,7 +505,7 @@ BENCHARM t=6 funcs=1200 reg_us=1600000 regs=99 hooks=600 probes=220
         assert!((rows[2].stat.mean - 2.0).abs() < 1e-9 && (f.stat.max - 1.01).abs() < 1e-9);
         assert_eq!(rows[2].complete, Some((13.0, 2)));
         assert_eq!(rows[0].complete, None);
-        let j = json(&rows);
+        let j = json(&rows, &[], &[]);
         assert!(j.contains("\"tracer\": \"ftrace\""));
         assert!(j.contains("\"other_pingpong_ratio\": {\"mean\": 1.5000"));
         assert!(j.contains("\"calls_per_read\": 13.00, \"lost\": 2"));
