@@ -42,6 +42,24 @@
 	popq	%rax
 .endm
 
+/*
+ * The last `ret` of a trampoline that returns where no call was made (fctrace_return to
+ * the real return address, fctrace_entry_trampoline to a function's ftrace site). Like
+ * function_graph's return_to_handler, a call just before it keeps the return stack buffer
+ * balanced (the `ret` consumes the entry this call pushes), and the `ret` bypasses
+ * call-depth accounting's return thunk: no call was accounted for it.
+ */
+.macro RET_UNCALLED
+	ANNOTATE_INTRA_FUNCTION_CALL
+	call	.Lrop_\@
+	int3
+.Lrop_\@:
+	leaq	8(%rsp), %rsp
+	ALTERNATIVE __stringify(RET), \
+		    __stringify(ANNOTATE_UNRET_SAFE; ret; int3), \
+		    X86_FEATURE_CALL_DEPTH
+.endm
+
 	.text
 SYM_FUNC_START(fctrace_trampoline)
 	pushfq
@@ -61,9 +79,7 @@ SYM_FUNC_END(fctrace_trampoline)
  * variadic one reads %al). Pushed, it is the return address: the task waits as in
  * fctrace_trampoline, then the ftrace site runs again, now with its function armed.
  * The entry hook sends a task here only where it is the function's only ftrace user (no
- * other callback can have changed %rax or the instruction pointer). As in fctrace_return,
- * a call before the last `ret` keeps the return stack buffer balanced (that `ret` goes
- * where no call was made), and the `ret` bypasses call-depth accounting's return thunk.
+ * other callback can have changed %rax or the instruction pointer).
  */
 SYM_CODE_START(fctrace_entry_trampoline)
 	UNWIND_HINT_FUNC
@@ -76,14 +92,7 @@ SYM_CODE_START(fctrace_entry_trampoline)
 	call	fctrace_arm_pending_entry
 	POP_SCRATCH
 	popfq
-	ANNOTATE_INTRA_FUNCTION_CALL
-	call	.Lfctrace_entry_rop
-	int3
-.Lfctrace_entry_rop:
-	leaq	8(%rsp), %rsp
-	ALTERNATIVE __stringify(RET), \
-		    __stringify(ANNOTATE_UNRET_SAFE; ret; int3), \
-		    X86_FEATURE_CALL_DEPTH
+	RET_UNCALLED
 SYM_CODE_END(fctrace_entry_trampoline)
 
 /*
@@ -133,16 +142,5 @@ SYM_INNER_LABEL(fctrace_return_site, SYM_L_GLOBAL)
 	movq	%rax, 10*8(%rsp)	/* the real return address, where the ret took ours */
 	POP_SCRATCH
 	popfq
-	/*
-	 * Keep the return stack buffer balanced: this call pushes the entry the ret below
-	 * consumes (the function's own ret consumed the one its call pushed).
-	 */
-	ANNOTATE_INTRA_FUNCTION_CALL
-	call	.Lfctrace_return_rop
-	int3
-.Lfctrace_return_rop:
-	leaq	8(%rsp), %rsp
-	ALTERNATIVE __stringify(RET), \
-		    __stringify(ANNOTATE_UNRET_SAFE; ret; int3), \
-		    X86_FEATURE_CALL_DEPTH
+	RET_UNCALLED	/* (the function's own ret consumed the RSB entry of its call) */
 SYM_CODE_END(fctrace_return)

@@ -263,6 +263,13 @@ impl Tracer {
             }
             if pass == 0 {
                 self.hook_callees(inner, &callees, sym);
+                // Sites whose callee now has an entry hook get no probe (one entry of
+                // `callees` per direct call site).
+                let hooked = callees
+                    .iter()
+                    .filter(|&&(c, _)| self.hooks.bits(c) & HOOK_ENTRY != 0)
+                    .count();
+                let n = n.saturating_sub(hooked);
                 self.make_room(inner, n as u64)?;
                 sites = KVec::with_capacity(n, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
             }
