@@ -99,14 +99,20 @@ impl Tracer {
         addr: u64,
         target: u64,
     ) {
-        d.wait.last_redirect = addr;
-        d.wait.pending = target;
+        self.note_redirect(d, addr, target);
         self.waits.inflight.fetch_add(1, Ordering::AcqRel);
-        self.stats.redirects.fetch_add(1, Ordering::Relaxed);
         // SAFETY: a C accessor of a constant address.
         let trampoline = unsafe { bindings::fctrace_trampoline_addr() } as u64;
         // All our redirecting probes are int3 probes.
         kprobe::emulate_call(regs, addr, trampoline);
+    }
+
+    /// A redirect to a trampoline from `key` (a call site, or an ftrace site) to arm
+    /// `target`: the task does not wait again when it comes back to `key`.
+    fn note_redirect(&self, d: &mut TaskData, key: u64, target: u64) {
+        d.wait.last_redirect = key;
+        d.wait.pending = target;
+        self.stats.redirects.fetch_add(1, Ordering::Relaxed);
     }
 
     /// From the entry hook at ftrace site `ip` (see `entry.rs`): sends the task to
@@ -120,10 +126,8 @@ impl Tracer {
         ip: u64,
         func: u64,
     ) {
-        d.wait.last_redirect = ip;
-        d.wait.pending = func;
-        // Counted in by the trampoline (`fctrace_arm_pending_entry`).
-        self.stats.redirects.fetch_add(1, Ordering::Relaxed);
+        // Counted into `inflight` by the trampoline (`fctrace_arm_pending_entry`).
+        self.note_redirect(d, ip, func);
         // SAFETY: a C accessor of a constant address.
         regs.ip = unsafe { bindings::fctrace_entry_trampoline_addr() } as _;
         regs.ax = ip as _;
@@ -383,8 +387,9 @@ impl Tracer {
                 if !self.active.load(Ordering::Acquire) {
                     break;
                 }
-                if self.table.lookup(c) == FuncState::Unknown {
-                    self.arm(inner, c);
+                if self.table.lookup(c) == FuncState::Unknown
+                    && self.arm(inner, c) == FuncState::Armed
+                {
                     self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -463,9 +468,9 @@ pub(crate) extern "C" fn fctrace_arm_pending(flags: u64) {
 }
 
 /// Called by `fctrace_entry_trampoline` (see trampoline.S), sent there by an entry hook,
-/// with the flags of the function's entry. The task counts itself in: an entry hook does
-/// not, since another ftrace callback may have sent the task elsewhere (see
-/// `Tracer::redirect_entry`). Before this module is freed, ftrace's unregistration waits
+/// with the flags of the function's entry. The task counts itself in (the entry hook does
+/// not: should the redirect not happen, nothing is left counted). Before this module is
+/// freed, ftrace's unregistration waits
 /// for every task to pass a voluntary context switch, which a task on its way here
 /// does only in the wait, after this count.
 #[no_mangle]
