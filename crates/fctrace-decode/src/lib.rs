@@ -12,7 +12,8 @@
 //! a conditional jump's [`Cond`], which [`Cond::holds`] evaluates on RFLAGS);
 //! [`scan`] sweeps a whole function body. [`thunks`] says what a branch to a
 //! mitigation thunk (return, retpoline, ITS, call-depth accounting) really does;
-//! the module includes it the same way (`src/thunks.rs`).
+//! the module includes it the same way (`src/thunks.rs`), and [`presite`], which
+//! chooses where a call site can be watched without a breakpoint on it.
 #![no_std]
 // The decoder must not be able to panic (it runs in the kernel, on live text).
 #![deny(
@@ -28,4 +29,5 @@
 
 mod decode;
 pub use decode::*;
+pub mod presite;
 pub mod thunks;

@@ -556,3 +556,96 @@ fn scan_walks_a_function() {
     );
     assert_eq!(scan(&[], IP, |_, _| panic!()), Ok(()));
 }
+
+/// The instructions of a hand-made function body, for `pre_site`.
+fn steps(code: &[u8]) -> Vec<fctrace_decode::presite::Insn> {
+    let mut v = Vec::new();
+    scan(code, IP, |off, i| {
+        v.push(fctrace_decode::presite::Insn {
+            off,
+            len: i.len,
+            steppable: fctrace_decode::presite::steppable(&code[off as usize..]),
+        })
+    })
+    .unwrap();
+    v
+}
+
+#[test]
+fn steppable_instructions() {
+    use fctrace_decode::presite::steppable;
+    for ok in [
+        &[0x48, 0x8b, 0x43, 0x28][..],               // mov 0x28(%rbx),%rax
+        &[0x4c, 0x89, 0xe7],                         // mov %r12,%rdi
+        &[0x0f, 0x1f, 0x44, 0x00, 0x00],             // nopl 0x0(%rax,%rax,1)
+        &[0x31, 0xd2],                               // xor %edx,%edx
+        &[0x65, 0x48, 0x8b, 0x04, 0x25, 0, 0, 0, 0], // mov %gs:0x0,%rax
+        &[0x53],                                     // push %rbx
+        &[0xff, 0xc0],                               // inc %eax
+        &[0xf0, 0xff, 0x03],                         // lock incl (%rbx)
+        &[0x48, 0x8d, 0x3d, 0, 0, 0, 0],             // lea 0x0(%rip),%rdi
+    ] {
+        assert!(steppable(ok), "[{}] should be steppable", common::hex(ok));
+    }
+    for no in [
+        &[0xe8, 0, 0, 0, 0][..],   // call
+        &[0xff, 0xd0],             // call *%rax
+        &[0xff, 0xe0],             // jmp *%rax
+        &[0x74, 0x02],             // je
+        &[0x9c],                   // pushf
+        &[0x9d],                   // popf
+        &[0xfb],                   // sti
+        &[0xfa],                   // cli
+        &[0xc3],                   // ret
+        &[0xcc],                   // int3
+        &[0xf3, 0x48, 0xa5],       // rep movsq
+        &[0x8e, 0xd0],             // mov %eax,%ss
+        &[0x0f, 0x22, 0xd8],       // mov %rax,%cr3
+        &[0x2e, 0xe8, 0, 0, 0, 0], // cs call
+        &[0x67, 0x8b, 0x00],       // mov (%eax),%eax
+        &[0xc5, 0xf8, 0x77],       // vzeroupper
+        &[0x0f, 0x38, 0xf0, 0x07], // movbe (%rdi),%eax
+    ] {
+        assert!(
+            !steppable(no),
+            "[{}] must not be steppable",
+            common::hex(no)
+        );
+    }
+}
+
+#[test]
+fn pre_site_runs() {
+    use fctrace_decode::presite::pre_site;
+    // mov %r12,%rdi; mov 0x28(%rbx),%rax; call *%rax
+    let code = [0x4c, 0x89, 0xe7, 0x48, 0x8b, 0x43, 0x28, 0xff, 0xd0];
+    let s = steps(&code);
+    assert_eq!(pre_site(&s, 2, 0, |_| false), Some(0));
+    // The function's ftrace site is not part of a run.
+    assert_eq!(pre_site(&s, 2, 3, |_| false), None);
+    // A jump to the second instruction, or to the call, leaves no run.
+    assert_eq!(pre_site(&s, 2, 0, |o| o == 3), None);
+    assert_eq!(pre_site(&s, 2, 0, |o| o == 7), None);
+    // A jump to the run's first instruction is fine: it goes through the probe.
+    assert_eq!(pre_site(&s, 2, 0, |o| o == 0), Some(0));
+
+    // Two instructions are needed even when one has 5 bytes; the shortest run wins.
+    // push %rbx; nopl 0x0(%rax,%rax,1); xor %edx,%edx; call rel32
+    let code = [
+        0x53, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0x31, 0xd2, 0xe8, 0, 0, 0, 0,
+    ];
+    let s = steps(&code);
+    assert_eq!(pre_site(&s, 3, 0, |_| false), Some(1));
+
+    // pushf before the call: no run through it.
+    // mov %rdi,%rbx; pushf; mov %rbx,%rdi; call rel32
+    let code = [0x48, 0x89, 0xfb, 0x9c, 0x48, 0x89, 0xdf, 0xe8, 0, 0, 0, 0];
+    let s = steps(&code);
+    assert_eq!(pre_site(&s, 3, 0, |_| false), None);
+
+    // A call right after a call: too short.
+    let code = [0xe8, 0, 0, 0, 0, 0x31, 0xd2, 0xe8, 0, 0, 0, 0];
+    let s = steps(&code);
+    assert_eq!(pre_site(&s, 2, 0, |_| false), None);
+    assert_eq!(pre_site(&s, 0, 0, |_| false), None);
+}

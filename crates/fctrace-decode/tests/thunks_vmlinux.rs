@@ -37,7 +37,7 @@ use fctrace_decode::thunks::{Branch, Class, SymInfo, Text, Thunks};
 use fctrace_decode::{decode, Flow, Insn, Reg};
 use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SymbolKind};
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Registers in encoding order: the slots of a thunk array.
 const REGS: [&str; 16] = [

@@ -10,15 +10,9 @@
 mod common;
 
 use fctrace_decode::{Flow, Insn};
-use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SectionIndex, SymbolKind};
+use object::{Object, ObjectSection};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
-
-struct Func<'a> {
-    name: &'a str,
-    addr: u64,
-    bytes: &'a [u8],
-}
 
 #[test]
 fn every_vmlinux_function_matches_iced() {
@@ -35,62 +29,11 @@ fn check_vmlinux(path: &Path) {
     let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let elf = object::File::parse(&*data).expect("parse vmlinux ELF");
 
-    // Executable sections.
-    let mut exec: HashMap<SectionIndex, (u64, &[u8])> = HashMap::new();
-    for sec in elf.sections() {
-        if let SectionFlags::Elf { sh_flags } = sec.flags() {
-            if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0 {
-                if let Ok(d) = sec.data() {
-                    if !d.is_empty() {
-                        exec.insert(sec.index(), (sec.address(), d));
-                    }
-                }
-            }
-        }
-    }
-    assert!(
-        !exec.is_empty(),
-        "no executable section in {}",
-        path.display()
-    );
-
-    // FUNC symbols with a size, deduplicated by (address, size) (aliases).
-    let mut funcs: Vec<Func> = Vec::new();
-    let mut seen = HashSet::new();
-    let mut by_name: HashMap<&str, u64> = HashMap::new();
-    let mut nfunc = 0usize;
-    for sym in elf.symbols() {
-        let Ok(name) = sym.name() else { continue };
-        if sym.kind() == SymbolKind::Text || sym.kind() == SymbolKind::Unknown {
-            by_name.entry(name).or_insert(sym.address());
-        }
-        // FUNC symbols, plus the sized NOTYPE ones in executable sections:
-        // assembly code such as entry_SYSCALL_64 (SYM_CODE_START).
-        if !matches!(sym.kind(), SymbolKind::Text | SymbolKind::Unknown) || sym.size() == 0 {
-            continue;
-        }
-        let Some(idx) = sym.section_index() else {
-            continue;
-        };
-        let Some(&(saddr, sdata)) = exec.get(&idx) else {
-            continue;
-        };
-        let start = (sym.address() - saddr) as usize;
-        let Some(bytes) = sdata.get(start..start + sym.size() as usize) else {
-            panic!("{name}: symbol outside its section");
-        };
-        if seen.insert((sym.address(), sym.size())) {
-            if sym.kind() == SymbolKind::Text {
-                nfunc += 1;
-            }
-            funcs.push(Func {
-                name,
-                addr: sym.address(),
-                bytes,
-            });
-        }
-    }
-    funcs.sort_by_key(|f| f.addr);
+    let common::CodeFuncs {
+        funcs,
+        nfunc,
+        by_name,
+    } = common::code_functions(&elf, path);
 
     let mut insns = 0u64;
     let mut mismatches = Vec::new();
@@ -214,7 +157,7 @@ fn gcc_facts(decoded: &HashMap<&str, Vec<(u32, Insn)>>, by_name: &HashMap<&str, 
 }
 
 fn kernel_facts(
-    funcs: &[Func],
+    funcs: &[common::Func],
     decoded: &HashMap<&str, Vec<(u32, Insn)>>,
     by_name: &HashMap<&str, u64>,
 ) {

@@ -8,7 +8,9 @@ use iced_x86::{
     Code, ConditionCode, Decoder, DecoderError, DecoderOptions, FlowControl, Instruction, Mnemonic,
     OpKind, Register,
 };
-use std::path::PathBuf;
+use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SectionIndex, SymbolKind};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 
 /// Number (0..15) of a 64/32/16-bit general purpose register in iced.
 fn gpr(r: Register) -> Reg {
@@ -248,4 +250,83 @@ pub fn find_vmlinuxes() -> Vec<PathBuf> {
         .collect();
     found.sort();
     found
+}
+
+/// A code symbol of a vmlinux and its bytes.
+pub struct Func<'a> {
+    pub name: &'a str,
+    pub addr: u64,
+    pub bytes: &'a [u8],
+}
+
+/// The code symbols of a vmlinux ([`code_functions`]).
+pub struct CodeFuncs<'a> {
+    /// FUNC symbols with a size, plus the sized NOTYPE ones in executable sections
+    /// (assembly code such as entry_SYSCALL_64, SYM_CODE_START), deduplicated by
+    /// (address, size) (aliases), in address order.
+    pub funcs: Vec<Func<'a>>,
+    /// How many of them are FUNC symbols.
+    pub nfunc: usize,
+    /// The address of every code symbol by name (the first one of a name).
+    pub by_name: HashMap<&'a str, u64>,
+}
+
+/// The code symbols of the vmlinux `elf` (read from `path`).
+pub fn code_functions<'a>(elf: &object::File<'a>, path: &Path) -> CodeFuncs<'a> {
+    let mut exec: HashMap<SectionIndex, (u64, &[u8])> = HashMap::new();
+    for sec in elf.sections() {
+        if let SectionFlags::Elf { sh_flags } = sec.flags() {
+            if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0 {
+                if let Ok(d) = sec.data() {
+                    if !d.is_empty() {
+                        exec.insert(sec.index(), (sec.address(), d));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        !exec.is_empty(),
+        "no executable section in {}",
+        path.display()
+    );
+    let mut funcs: Vec<Func> = Vec::new();
+    let mut seen = HashSet::new();
+    let mut by_name: HashMap<&str, u64> = HashMap::new();
+    let mut nfunc = 0usize;
+    for sym in elf.symbols() {
+        let Ok(name) = sym.name() else { continue };
+        if sym.kind() == SymbolKind::Text || sym.kind() == SymbolKind::Unknown {
+            by_name.entry(name).or_insert(sym.address());
+        }
+        if !matches!(sym.kind(), SymbolKind::Text | SymbolKind::Unknown) || sym.size() == 0 {
+            continue;
+        }
+        let Some(idx) = sym.section_index() else {
+            continue;
+        };
+        let Some(&(saddr, sdata)) = exec.get(&idx) else {
+            continue;
+        };
+        let start = (sym.address() - saddr) as usize;
+        let Some(bytes) = sdata.get(start..start + sym.size() as usize) else {
+            panic!("{name}: symbol outside its section");
+        };
+        if seen.insert((sym.address(), sym.size())) {
+            if sym.kind() == SymbolKind::Text {
+                nfunc += 1;
+            }
+            funcs.push(Func {
+                name,
+                addr: sym.address(),
+                bytes,
+            });
+        }
+    }
+    funcs.sort_by_key(|f| f.addr);
+    CodeFuncs {
+        funcs,
+        nfunc,
+        by_name,
+    }
 }

@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Pre-sites ([`fctrace_decode::presite`]) on the real code of each built test kernel:
+//! every call site of every function gets one where it can, and each chosen run is
+//! checked with iced-x86: straight-line instructions that neither branch, nor touch the
+//! flags register as a whole or the interrupt flag, nor repeat, nothing in the function
+//! jumping into it, at least 5 bytes before the call site. [`steppable`] itself is
+//! checked on every instruction of the kernel: iced must agree that it does not branch
+//! and is none of the instructions the single-step cannot pass.
+//!
+//! It prints how many call sites of each kind have a pre-site, and asserts that most
+//! do (a kernel whose calls mostly keep breakpoints would make fctrace costly for tasks
+//! that are not traced). Without a vmlinux the test prints `SKIP: ...` and passes.
+
+mod common;
+
+use fctrace_decode::presite::{pre_site, steppable, Insn as Step, JUMP_LEN, MIN_INSNS};
+use fctrace_decode::{scan, Flow, Insn};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind};
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+#[test]
+fn pre_sites_on_every_vmlinux() {
+    let paths = common::find_vmlinuxes();
+    if paths.is_empty() {
+        println!("SKIP: no vmlinux (set FCTRACE_VMLINUX)");
+    }
+    for path in &paths {
+        check(path);
+    }
+}
+
+/// Where a function's body starts: after `endbr64` (or its sealed form) and the
+/// 5-byte ftrace site, as `fentry_offset()` and the arming code in the module see it.
+fn body_start(code: &[u8], insns: &[(u32, Insn)]) -> u32 {
+    let mut off = match code.get(..4) {
+        Some([0xf3, 0x0f, 0x1e, 0xfa]) | Some([0x66, 0x0f, 0x1f, 0x00]) => 4,
+        _ => 0,
+    };
+    if let Some((_, i)) = insns.iter().find(|(o, _)| *o == off) {
+        if i.len == 5 && (i.nop || matches!(i.flow, Flow::Call(_))) {
+            off += 5;
+        }
+    }
+    off
+}
+
+/// Why iced says a stepped instruction must not be in a run, if it does.
+fn not_steppable(i: &Instruction) -> Option<&'static str> {
+    if i.flow_control() != FlowControl::Next {
+        return Some("branches or traps");
+    }
+    if matches!(
+        i.mnemonic(),
+        Mnemonic::Pushf
+            | Mnemonic::Pushfq
+            | Mnemonic::Popf
+            | Mnemonic::Popfq
+            | Mnemonic::Sti
+            | Mnemonic::Cli
+            | Mnemonic::Hlt
+            | Mnemonic::In
+            | Mnemonic::Out
+            | Mnemonic::Insb
+            | Mnemonic::Insw
+            | Mnemonic::Insd
+            | Mnemonic::Outsb
+            | Mnemonic::Outsw
+            | Mnemonic::Outsd
+    ) {
+        return Some("flags, interrupts or I/O");
+    }
+    if (i.has_rep_prefix() || i.has_repne_prefix()) && i.is_string_instruction() {
+        return Some("a repeated string instruction");
+    }
+    if i.mnemonic() == Mnemonic::Mov
+        && i.op0_kind() == OpKind::Register
+        && (i.op0_register().is_segment_register()
+            || i.op0_register().is_cr()
+            || i.op0_register().is_dr())
+    {
+        return Some("a move to a segment, control or debug register");
+    }
+    None
+}
+
+fn check(path: &Path) {
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let elf = object::File::parse(&*data).expect("parse vmlinux ELF");
+    let cf = common::code_functions(&elf, path);
+    // kind -> (sites, with a pre-site)
+    let mut kinds: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    let mut run_len: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut stepped = 0u64;
+    let mut failures: Vec<String> = Vec::new();
+    // Calls and jumps through a register go through the retpoline thunks: a branch into
+    // one of the thunk arrays is an indirect one.
+    let thunk_arrays: Vec<u64> = [
+        "__x86_indirect_thunk_array",
+        "__x86_indirect_call_thunk_array",
+        "__x86_indirect_jump_thunk_array",
+    ]
+    .iter()
+    .filter_map(|n| cf.by_name.get(n).copied())
+    .collect();
+    let via_thunk = |t: u64| thunk_arrays.iter().any(|&a| t >= a && t < a + 16 * 64);
+    for f in &cf.funcs {
+        let mut insns: Vec<(u32, Insn)> = Vec::new();
+        if scan(f.bytes, f.addr, |o, i| insns.push((o, *i))).is_err() {
+            continue;
+        }
+        let end = f.addr + f.bytes.len() as u64;
+        let inside = |t: u64| t >= f.addr && t < end;
+        let targets: HashSet<u32> = insns
+            .iter()
+            .filter_map(|(_, i)| match i.flow {
+                Flow::Jmp(t) | Flow::Jcc(t, _) if inside(t) => Some((t - f.addr) as u32),
+                _ => None,
+            })
+            .collect();
+        let steps: Vec<Step> = insns
+            .iter()
+            .map(|&(off, i)| Step {
+                off,
+                len: i.len,
+                steppable: steppable(&f.bytes[off as usize..]),
+            })
+            .collect();
+        // steppable() against iced, on every instruction.
+        for s in &steps {
+            if !s.steppable {
+                continue;
+            }
+            let ins = iced_at(f.bytes, f.addr, s.off);
+            if let Some(why) = not_steppable(&ins) {
+                failures.push(format!(
+                    "{}+{:#x}: `{ins}` is steppable, but iced says {why}",
+                    f.name, s.off
+                ));
+            }
+            stepped += 1;
+        }
+        let min_off = body_start(f.bytes, &insns);
+        for (k, &(off, i)) in insns.iter().enumerate() {
+            let kind = match i.flow {
+                Flow::Call(t) if via_thunk(t) => "indirect call",
+                Flow::Call(_) => "call",
+                Flow::CallReg(_) | Flow::CallMem(_) => "indirect call",
+                Flow::JmpReg(_) | Flow::JmpMem(_) => "indirect jump",
+                Flow::Jmp(t) | Flow::Jcc(t, _) if via_thunk(t) => "indirect jump",
+                Flow::Jmp(t) | Flow::Jcc(t, _) if !inside(t) => "jump out",
+                _ => continue,
+            };
+            if off < min_off {
+                continue;
+            }
+            let e = kinds.entry(kind).or_default();
+            e.0 += 1;
+            let Some(p) = pre_site(&steps, k, min_off, |o| targets.contains(&o)) else {
+                continue;
+            };
+            e.1 += 1;
+            // The run, as iced decodes it.
+            let mut at = p;
+            let mut n = 0;
+            while at < off {
+                let ins = iced_at(f.bytes, f.addr, at);
+                if let Some(why) = not_steppable(&ins) {
+                    failures.push(format!("{}+{at:#x}: `{ins}` in a run: {why}", f.name));
+                }
+                if at != p && targets.contains(&at) {
+                    failures.push(format!("{}+{at:#x}: a jump lands inside the run", f.name));
+                }
+                at += ins.len() as u32;
+                n += 1;
+            }
+            if at != off || off - p < JUMP_LEN || n < MIN_INSNS || targets.contains(&off) {
+                failures.push(format!(
+                    "{}+{off:#x}: a bad run from {p:#x} ({n} instructions)",
+                    f.name
+                ));
+            }
+            *run_len.entry(n).or_default() += 1;
+        }
+    }
+    println!("vmlinux: {}", path.display());
+    println!("{stepped} steppable instructions checked against iced-x86");
+    for (k, (n, pre)) in &kinds {
+        println!(
+            "{k}: {n} sites, {pre} with a pre-site ({:.1}%)",
+            *pre as f64 * 100.0 / (*n).max(1) as f64
+        );
+    }
+    println!("instructions per run: {run_len:?}");
+    for m in failures.iter().take(40) {
+        println!("FAIL {m}");
+    }
+    assert!(failures.is_empty(), "{} bad pre-sites", failures.len());
+    let (n, pre) = kinds.get("indirect call").copied().unwrap_or_default();
+    assert!(n > 1000, "suspiciously few indirect calls: {n}");
+    assert!(
+        pre * 2 > n,
+        "only {pre} of {n} indirect calls have a pre-site"
+    );
+}
+
+fn iced_at(bytes: &[u8], addr: u64, off: u32) -> Instruction {
+    let mut d = Decoder::with_ip(
+        64,
+        &bytes[off as usize..],
+        addr + u64::from(off),
+        DecoderOptions::NONE,
+    );
+    d.decode()
+}
