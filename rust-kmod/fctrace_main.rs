@@ -38,6 +38,9 @@ mod format;
 #[path = "../crates/fctrace-core/src/parse.rs"]
 mod parse;
 #[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-decode/src/presite.rs"]
+mod presite;
+#[allow(dead_code, unreachable_pub)]
 #[path = "../crates/fctrace-core/src/record.rs"]
 mod record;
 #[allow(dead_code, unreachable_pub)]

@@ -45,8 +45,20 @@ int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bo
 			 bool *sleepable)
 {
 	unsigned int pc = preempt_count();
+	int rcu_depth = 0;
 
 	*sleepable = false;
+	if (via_ftrace == FCTRACE_VIA_DIE) {
+		/*
+		 * A die notifier runs inside atomic_notifier_call_chain()'s rcu_read_lock():
+		 * a read-side depth with preemptible RCU, else one more preemption level.
+		 */
+		if (IS_ENABLED(CONFIG_PREEMPT_RCU))
+			rcu_depth = 1;
+		else if (IS_ENABLED(CONFIG_PREEMPT_COUNT))
+			pc -= 1;
+		via_ftrace = 0;
+	}
 	if (via_ftrace) {
 		/*
 		 * An ftrace callback: kprobe_ftrace_handler() runs with preemption disabled
@@ -94,7 +106,7 @@ int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bo
 		     READ_ONCE(current->__state) == TASK_RUNNING &&
 		     (regs->flags & X86_EFLAGS_IF) &&
 		     !(regs->flags & (X86_EFLAGS_AC | X86_EFLAGS_DF)) &&
-		     !rcu_preempt_depth() && !pagefault_disabled() &&
+		     rcu_preempt_depth() == rcu_depth && !pagefault_disabled() &&
 		     !(current->flags & (PF_EXITING | PF_MEMALLOC));
 	return FCTRACE_CTX_TASK;
 }
@@ -252,6 +264,11 @@ unsigned long fctrace_kprobe_flag_ftrace(void)
 unsigned long fctrace_kprobe_flag_disabled(void)
 {
 	return KPROBE_FLAG_DISABLED;
+}
+
+unsigned long fctrace_kprobe_flag_optimized(void)
+{
+	return KPROBE_FLAG_OPTIMIZED;
 }
 
 /*

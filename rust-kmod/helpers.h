@@ -24,8 +24,11 @@ struct trace_buffer *fctrace_rb_alloc(unsigned long size);
  * From a probe handler: the context the probed instruction ran in. Interrupt contexts
  * are reported only when irqs is set (otherwise FCTRACE_CTX_NONE). *sleepable tells
  * whether a task context could sleep. via_ftrace: 0 for a handler entered through int3,
- * else the handler is an ftrace callback that disabled preemption this many times.
+ * FCTRACE_VIA_DIE for one called by the die notifier chain in a debug trap (NMI-like as
+ * int3, inside the chain's RCU read side), else the handler is an ftrace callback (or an
+ * optimized kprobe's detour) that disabled preemption this many times.
  */
+#define FCTRACE_VIA_DIE 0x10000
 int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bool irqs,
 			 bool *sleepable);
 unsigned long fctrace_graph_ret_addr(unsigned long retp);
@@ -54,6 +57,7 @@ unsigned long fctrace_trampoline_addr(void);
 unsigned long fctrace_ret_site_addr(void);
 unsigned long fctrace_kprobe_flag_ftrace(void);
 unsigned long fctrace_kprobe_flag_disabled(void);
+unsigned long fctrace_kprobe_flag_optimized(void);
 /* Gives a registered, disabled kprobe on a `cs call` a correct emulation, enables it. */
 int fctrace_kprobe_fix_long_call(struct kprobe *p);
 

@@ -125,7 +125,8 @@ fn long_call_at(addr: u64) -> bool {
 }
 
 /// A post-handler that does nothing. Its presence keeps kprobes from optimizing the probe
-/// into a jump, which would not let our pre-handler change `regs->ip`.
+/// into a jump, which would not let our pre-handler change `regs->ip`. (Probes that need
+/// not change it are made [`Probe::optimizable`].)
 ///
 /// # Safety
 ///
@@ -170,6 +171,17 @@ impl<D: Handler> Probe<D> {
         // SAFETY: the kprobe is ours and not registered, so nothing else accesses it; a C
         // accessor of a constant.
         unsafe { (*self.hdr.kp.get()).flags |= bindings::fctrace_kprobe_flag_disabled() as u32 };
+    }
+
+    /// The same probe without a post-handler, so that kprobes may optimize it into a jump
+    /// to a detour (no trap) where the instructions it covers allow: its pre-handler must
+    /// then not change `regs->ip` (kprobes ignores it), only the other registers, which
+    /// the detour restores.
+    pub(crate) fn optimizable(self) -> Self {
+        // SAFETY: the kprobe is ours and not registered yet (we own `self`), so nothing
+        // else accesses it.
+        unsafe { (*self.hdr.kp.get()).post_handler = None };
+        self
     }
 
     /// A probe at `addr` (not registered yet).
@@ -257,6 +269,15 @@ impl<D> Probe<D> {
         let flags = unsafe { core::ptr::addr_of!((*self.hdr.kp.get()).flags).read_volatile() };
         // SAFETY: a C accessor of a constant.
         u64::from(flags) & unsafe { bindings::fctrace_kprobe_flag_ftrace() } as u64 != 0
+    }
+
+    /// Whether kprobes has optimized this probe into a jump (it does so in the background,
+    /// some jiffies after registration, where it can).
+    pub(crate) fn is_optimized(&self) -> bool {
+        // SAFETY: as in `is_ftrace_based`.
+        let flags = unsafe { core::ptr::addr_of!((*self.hdr.kp.get()).flags).read_volatile() };
+        // SAFETY: a C accessor of a constant.
+        u64::from(flags) & unsafe { bindings::fctrace_kprobe_flag_optimized() } as u64 != 0
     }
 
     fn raw(&self) -> *mut bindings::kprobe {

@@ -7,6 +7,10 @@
 //! copy of the patched code (seen under QEMU's multi-threaded TCG), and the kernel then
 //! dies with "Oops: int3". When the byte under the trap is no longer `0xcc`, nobody owns
 //! the breakpoint any more: run the restored instruction again, as kprobes used to do.
+//!
+//! The same die notifier hands single-step traps (`DIE_DEBUG`) to the engine: the trap
+//! flag fctrace sets to step a traced task from a pre-site to its call site
+//! (`engine/step.rs`).
 
 use crate::bindings;
 use core::pin::Pin;
@@ -86,7 +90,24 @@ unsafe extern "C" fn die_handler(
     val: c_ulong,
     data: *mut c_void,
 ) -> c_int {
-    if val != bindings::die_val_DIE_INT3 as c_ulong || data.is_null() {
+    if data.is_null() {
+        return NOTIFY_DONE;
+    }
+    if val == bindings::die_val_DIE_DEBUG as c_ulong {
+        // SAFETY: for DIE_DEBUG `data` is the trap's `struct die_args`: `regs` are the
+        // interrupted registers, ours to change for the return from the trap, and `err`
+        // points to the trap's copy of DR6.
+        let (regs, dr6) = unsafe {
+            let args = &*data.cast::<bindings::die_args>();
+            (args.regs.as_mut(), args.err as *mut c_ulong)
+        };
+        let ours = match regs {
+            Some(regs) if !dr6.is_null() => crate::engine::step::on_debug(regs, dr6),
+            _ => false,
+        };
+        return if ours { NOTIFY_STOP } else { NOTIFY_DONE };
+    }
+    if val != bindings::die_val_DIE_INT3 as c_ulong {
         return NOTIFY_DONE;
     }
     // SAFETY: for DIE_INT3 `data` is the trap's `struct die_args`, whose `regs` are the

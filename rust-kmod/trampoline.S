@@ -8,7 +8,9 @@
  * context, where it may sleep. We save every register a call or a conditional jump can
  * consume (argument registers, the retpoline scratch registers and the flags), arm the
  * callee (fctrace_arm_pending, Rust), restore them, and return to the probed instruction,
- * which then runs again, now with its callee armed.
+ * which then runs again, now with its callee armed. A task sent here from the single step
+ * of a pre-site (engine/step.rs) returns with the trap flag set in the flags it pops, so
+ * that it stops on the call site again.
  */
 #include <linux/linkage.h>
 #include <asm/nospec-branch.h>
@@ -65,6 +67,7 @@ SYM_FUNC_START(fctrace_trampoline)
 	pushfq
 	PUSH_SCRATCH
 	movq	9*8(%rsp), %rdi		/* the flags the probed instruction ran with */
+	leaq	9*8(%rsp), %rsi		/* where they are kept: a single step sets TF there */
 	call	fctrace_arm_pending
 	POP_SCRATCH
 	popfq

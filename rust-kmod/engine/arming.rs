@@ -12,6 +12,7 @@ use crate::kprobe::{Probe, ProbeSet};
 use crate::ksym::addr_of;
 use crate::ksym::SymBuf;
 use crate::parse::{self, FilterVerdict};
+use crate::presite;
 use crate::record::Reason;
 use crate::thunks::{Branch, Class, SymInfo, Text, Thunks};
 use core::sync::atomic::Ordering;
@@ -58,6 +59,7 @@ impl SiteKind {
 }
 
 /// What the handler of a call-site probe knows.
+#[derive(Clone, Copy)]
 pub(crate) struct SiteData {
     /// The function the site is in, and its end.
     pub(crate) func: u64,
@@ -66,6 +68,24 @@ pub(crate) struct SiteData {
     pub(crate) addr: u64,
     pub(crate) len: u8,
     pub(crate) kind: SiteKind,
+    /// The probe is not on the site but on its pre-site, this address (see `step.rs`); 0
+    /// when it is on the site.
+    pub(crate) pre: u64,
+    /// For a direct branch watched from its pre-site: its target as it was in the live
+    /// code when the function was armed (before thunks were resolved), which the
+    /// single step checks against the code it finds (a static call's target changes).
+    pub(crate) live: u64,
+}
+
+impl SiteKind {
+    /// The same kind of branch, directly to `t`.
+    pub(crate) fn with_direct(self, t: u64) -> SiteKind {
+        match self {
+            SiteKind::Call(_) => SiteKind::Call(Target::Direct(t)),
+            SiteKind::Tail(_) => SiteKind::Tail(Target::Direct(t)),
+            SiteKind::TailIf(_, cc) => SiteKind::TailIf(Target::Direct(t), cc),
+        }
+    }
 }
 
 /// An armed function: its probes.
@@ -188,12 +208,36 @@ impl Tracer {
         // the sites whose callee has an entry hook (see `entry.rs`).
         let mut sites: KVec<Probe<SiteData>> = KVec::new();
         let mut callees: KVec<(u64, bool)> = KVec::new();
+        // For pre-sites (`step.rs`): every instruction, the targets of the function's jumps
+        // inside it, and where its body starts (after the ftrace site). Without memory for
+        // them, every site is probed where it is.
+        let mut steps: KVVec<presite::Insn> = KVVec::new();
+        let mut jump_targets: KVVec<u32> = KVVec::new();
+        let mut body = fentry;
+        let mut presites_ok = true;
         for pass in 0..2 {
             let mut n = 0usize;
+            let mut idx = 0usize;
             let mut prev_terminal = false;
             let mut bad = false;
             let res = decode::scan(&code, start, |off, insn| {
                 let addr = start + u64::from(off);
+                let this = idx;
+                idx += 1;
+                if pass == 0 && presites_ok {
+                    let step = presite::Insn {
+                        off,
+                        len: insn.len,
+                        steppable: presite::steppable(code.get(off as usize..).unwrap_or(&[])),
+                    };
+                    presites_ok = steps.push(step, GFP_KERNEL).is_ok()
+                        && match insn.flow {
+                            Flow::Jmp(t) | Flow::Jcc(t, _) if t >= start && t < end => {
+                                jump_targets.push((t - start) as u32, GFP_KERNEL).is_ok()
+                            }
+                            _ => true,
+                        };
+                }
                 let terminal_before = prev_terminal;
                 // Nothing falls through into the int3 after an unconditional jump or a
                 // return: a run of them is padding (the kernel fills what alternatives
@@ -208,6 +252,7 @@ impl Tracer {
                     && insn.len == 5
                     && (insn.nop || matches!(insn.flow, Flow::Call(_)))
                 {
+                    body = fentry + 5;
                     return;
                 }
                 let outside = |t: u64| t < start || t >= end;
@@ -247,21 +292,45 @@ impl Tracer {
                 }
                 n += 1;
                 if pass == 1 {
+                    // A call or jump is watched from its pre-site where it has one.
+                    let pre = if presites_ok {
+                        presite::pre_site(&steps, this, body, |o| {
+                            jump_targets.binary_search(&o).is_ok()
+                        })
+                        .map_or(0, |p| start + u64::from(p))
+                    } else {
+                        0
+                    };
                     let data = SiteData {
                         func: start,
                         func_end: end,
                         addr,
                         len: insn.len,
                         kind,
+                        pre,
+                        live: match insn.flow {
+                            Flow::Call(t) | Flow::Jmp(t) | Flow::Jcc(t, _)
+                                if pre != 0 && kind.direct_callee().is_some() =>
+                            {
+                                t
+                            }
+                            _ => 0,
+                        },
+                    };
+                    let probe = if pre != 0 {
+                        Probe::at(pre, data).optimizable()
+                    } else {
+                        Probe::at(addr, data)
                     };
                     // Capacity was reserved in pass 0, so this does not reallocate.
-                    let _ = sites.push(Probe::at(addr, data), GFP_KERNEL);
+                    let _ = sites.push(probe, GFP_KERNEL);
                 }
             });
             if res.is_err() || bad {
                 return Err(Reason::Unprobeable);
             }
             if pass == 0 {
+                jump_targets.sort_unstable();
                 self.hook_callees(inner, &callees, sym);
                 // Sites whose callee now has an entry hook get no probe (one entry of
                 // `callees` per direct call site).

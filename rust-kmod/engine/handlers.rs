@@ -41,7 +41,12 @@ pub(crate) enum Hook {
 
 impl Handler for SiteData {
     fn pre(p: &Probe<SiteData>, regs: &mut bindings::pt_regs) -> c_int {
-        tracer().map_or(0, |tr| tr.on_site(&p.data, regs))
+        let Some(tr) = tracer() else { return 0 };
+        if p.data.pre != 0 {
+            tr.on_pre_site(&p.data, regs)
+        } else {
+            tr.on_site(&p.data, regs, 0)
+        }
     }
 }
 
@@ -173,10 +178,12 @@ impl Tracer {
         }
     }
 
-    /// The pre-handler of every call, jump and return site.
-    fn on_site(&self, site: &SiteData, regs: &mut bindings::pt_regs) -> c_int {
+    /// The pre-handler of every call and jump site (for a site watched from its pre-site,
+    /// run from the single-step trap on the site, see `step.rs`).
+    /// `via` is 0 in a breakpoint's handler, `FCTRACE_VIA_DIE` from the single-step trap.
+    pub(super) fn on_site(&self, site: &SiteData, regs: &mut bindings::pt_regs, via: u32) -> c_int {
         let irqs = self.settings.option(OptionName::Irqs);
-        let Some(cur) = self.current_in(regs, 0, irqs) else {
+        let Some(cur) = self.current_in(regs, via, irqs) else {
             return 0;
         };
         // SAFETY: an int3 handler, in `cur`'s context with interrupts off; `d` is dropped

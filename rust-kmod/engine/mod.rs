@@ -40,6 +40,7 @@ mod preempt;
 mod returns;
 mod session;
 mod static_call;
+pub(crate) mod step;
 mod table;
 mod tree;
 mod wait;
@@ -170,6 +171,16 @@ pub(crate) struct Stats {
     pub(crate) returns_hooked: AtomicU64,
     pub(crate) returns_unhooked: AtomicU64,
     pub(crate) returns_not_restored: AtomicU64,
+    /// Pre-site probes (indirect call sites watched from the instructions before them,
+    /// see `step.rs`) registered, and those kprobes had optimized, when the mutex was
+    /// last released; single steps from a pre-site to its call site, and steps that ended
+    /// before reaching the site.
+    pub(crate) presites: AtomicU64,
+    pub(crate) presites_optimized: AtomicU64,
+    pub(crate) single_steps: AtomicU64,
+    /// Single steps started from a pre-site probe's breakpoint (not optimized, or not yet).
+    pub(crate) single_steps_trapped: AtomicU64,
+    pub(crate) single_steps_lost: AtomicU64,
 }
 
 /// The settings a user changes with the control files that take effect at once.
@@ -295,11 +306,12 @@ pub(crate) struct Tracer {
 /// holding it: every holder goes through this guard, which makes all allocations in its
 /// scope `GFP_NOFS`.
 ///
-/// On release it publishes the number of armed functions to `Stats::funcs_armed`.
+/// On release it publishes the number of armed functions to `Stats::funcs_armed`, and
+/// of pre-site probes kprobes has optimized to `Stats::presites_optimized`.
 pub(crate) struct Guard<'a> {
     guard: core::mem::ManuallyDrop<lock::Guard<'a, TracerInner, lock::mutex::MutexBackend>>,
     nofs: u32,
-    funcs_armed: &'a AtomicU64,
+    stats: &'a Stats,
 }
 
 impl core::ops::Deref for Guard<'_> {
@@ -317,8 +329,21 @@ impl core::ops::DerefMut for Guard<'_> {
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
-        self.funcs_armed
-            .store(self.guard.funcs.len() as u64, Ordering::Relaxed);
+        let funcs = &self.guard.funcs;
+        self.stats
+            .funcs_armed
+            .store(funcs.len() as u64, Ordering::Relaxed);
+        let (mut pre, mut optimized) = (0, 0);
+        for p in funcs.iter().flat_map(|f| f.sites.iter()) {
+            if p.data.pre != 0 && p.is_registered() {
+                pre += 1;
+                optimized += u64::from(p.is_optimized());
+            }
+        }
+        self.stats.presites.store(pre, Ordering::Relaxed);
+        self.stats
+            .presites_optimized
+            .store(optimized, Ordering::Relaxed);
         // SAFETY: `guard` is dropped exactly once, here, and not used afterwards.
         unsafe { core::mem::ManuallyDrop::drop(&mut self.guard) };
         // SAFETY: restores the scope saved in `Tracer::lock`, after the mutex is released.
@@ -334,7 +359,7 @@ impl Tracer {
         Guard {
             guard: core::mem::ManuallyDrop::new(self.inner.lock()),
             nofs,
-            funcs_armed: &self.stats.funcs_armed,
+            stats: &self.stats,
         }
     }
 

@@ -159,6 +159,7 @@ impl Tracer {
             }
             // Dropping the batch unregisters all at once.
         }
+        self.stats.probes_armed.store(0, Ordering::Relaxed);
         // After this, no handler runs.
         inner.entry.clear();
         self.stats.entry_hooks.store(0, Ordering::Relaxed);
@@ -171,7 +172,6 @@ impl Tracer {
         self.table.clear();
         self.hooks.clear();
         self.waits.clear_wanted();
-        self.stats.probes_armed.store(0, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::AcqRel);
         // Tasks waiting in the trampoline see `active` false and go on.
         wake_armed();

@@ -81,6 +81,8 @@ pub(crate) struct TaskData {
     gen: u32,
     pub(crate) stack: ShadowStack,
     pub(crate) wait: WaitState,
+    /// A single step from a pre-site to its call site in progress (see `step.rs`).
+    pub(crate) step: Option<super::step::Step>,
 }
 
 impl TaskData {
@@ -88,6 +90,7 @@ impl TaskData {
         gen: 0,
         stack: ShadowStack::EMPTY,
         wait: WaitState::EMPTY,
+        step: None,
     };
 }
 

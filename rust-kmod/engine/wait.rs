@@ -283,8 +283,23 @@ impl Tracer {
     }
 
     /// Called by the trampoline, in the traced task, which may sleep here.
-    fn arm_pending(&self) {
+    /// EFLAGS.AC (user access open) or DF in the trampoline: the task must not sleep
+    /// there, the handlers never send one (`fctrace_task_context`). Counted, so that tests
+    /// see a breach.
+    fn check_flags(&self, flags: u64) {
+        const X86_EFLAGS_AC: u64 = 1 << 18;
+        const X86_EFLAGS_DF: u64 = 1 << 10;
+        if flags & (X86_EFLAGS_AC | X86_EFLAGS_DF) != 0 {
+            self.stats.unsafe_flags.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// In the trampoline: waits for the pending callee to be armed (or the reader, with
+    /// `lossless`). Returns whether a pre-site's single step goes on from the call site
+    /// the trampoline returns to (`to_site`: `fctrace_trampoline`; see `step.rs`).
+    fn arm_pending(&self, to_site: bool) -> bool {
         let (pid, _) = current_ids();
+        let mut resume = false;
         if let Some(slot) = self.slot(pid) {
             let (target, throttle) = {
                 // SAFETY: we are thread `pid`; the reference ends with this block.
@@ -307,8 +322,10 @@ impl Tracer {
             // Time spent arming is fctrace's, not the traced functions': leave it out of
             // the durations of the frames that are open.
             d.stack.exclude_time(clock_ns().saturating_sub(t0));
+            resume = self.resume_after_wait(d, to_site);
         }
         self.waits.inflight.fetch_sub(1, Ordering::AcqRel);
+        resume
     }
 
     /// In the trampoline: has the work item arm `target` and waits until it is done, tracing
@@ -452,18 +469,18 @@ pub(crate) fn wake_armed() {
 }
 
 /// Called by `fctrace_trampoline` (see trampoline.S) with the flags of the probed
-/// instruction.
+/// instruction, and where the trampoline keeps them for its return.
 #[no_mangle]
-pub(crate) extern "C" fn fctrace_arm_pending(flags: u64) {
+pub(crate) extern "C" fn fctrace_arm_pending(flags: u64, kept: *mut u64) {
     if let Some(tr) = tracer() {
-        // EFLAGS.AC (user access open) or DF: the task must not sleep here, the handlers
-        // never send one (`fctrace_task_context`). Counted, so that tests see a breach.
-        const X86_EFLAGS_AC: u64 = 1 << 18;
-        const X86_EFLAGS_DF: u64 = 1 << 10;
-        if flags & (X86_EFLAGS_AC | X86_EFLAGS_DF) != 0 {
-            tr.stats.unsafe_flags.fetch_add(1, Ordering::Relaxed);
+        tr.check_flags(flags);
+        if tr.arm_pending(true) && !kept.is_null() {
+            // A pre-site's single step goes on from the call site (see `step.rs`).
+            const X86_EFLAGS_TF: u64 = 1 << 8;
+            // SAFETY: `kept` points to the flags word the trampoline pushed on our own
+            // stack, which it pops when we return.
+            unsafe { *kept |= X86_EFLAGS_TF };
         }
-        tr.arm_pending();
     }
 }
 
@@ -477,8 +494,9 @@ pub(crate) extern "C" fn fctrace_arm_pending(flags: u64) {
 pub(crate) extern "C" fn fctrace_arm_pending_entry(flags: u64) {
     if let Some(tr) = tracer() {
         tr.waits.inflight.fetch_add(1, Ordering::AcqRel);
+        tr.check_flags(flags);
+        tr.arm_pending(false);
     }
-    fctrace_arm_pending(flags);
 }
 
 /// Called from the module's work item (see [`Tracer::sync_work`]).

@@ -1,0 +1,240 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Pre-sites: indirect call sites watched without a breakpoint for other tasks.
+//!
+//! A breakpoint on a call site costs every task that runs it a trap, traced or not. An
+//! indirect call (through a retpoline thunk or `call *%reg`) cannot carry an entry hook:
+//! its target is known only when it runs. So where the instructions just before the site
+//! allow it (`crates/fctrace-decode/src/presite.rs`: a straight run of at least 5 bytes
+//! and 2 instructions that kprobes can copy and nothing jumps into), the probe goes on
+//! the first instruction of that run instead, without a post-handler: kprobes then
+//! optimizes it into a jump to a detour, and a task that is not traced pays a call into
+//! the handler and one check, not a trap.
+//!
+//! For a traced task the handler sets the trap flag (`TF`) in the registers the detour
+//! returns with. The task single-steps the rest of the run; each step is a debug trap
+//! (`#DB`, `DIE_DEBUG`, seen through the module's die notifier in `late_int3.rs`) that
+//! only goes on, until the task stands on the call site: there the flag is cleared and
+//! the call-site handler (`handlers.rs`) runs with the registers the call is about to use,
+//! exactly as a breakpoint on the site would have run it, and may make the call itself
+//! or send the task to the arming trampoline. The trampoline returns to the call site,
+//! not to the pre-site: so a task sent there from a pre-site has its step kept, and
+//! `fctrace_trampoline` sets the trap flag again as it returns (`resume_after_wait`), so
+//! that the handler sees the call once more, now with its target armed.
+//!
+//! Until kprobes has optimized the probe (some jiffies after registration, in the
+//! background; never in a function with a user access, whose exception table kprobes
+//! will not jump over), it is a breakpoint: the handler runs in the trap, kprobes
+//! single-steps the first instruction out of line and resumes after it, and the trap flag
+//! set by the handler does the rest (which is why a run has at least two instructions:
+//! the stop on the call site comes from the trap flag, never from kprobes' resume).
+//! The number of steps is bounded ([`presite::MAX_STEPS`]); a task that does not reach
+//! the site within it (never expected: nothing jumps into the run) stops stepping and
+//! the call is not drawn (`stats`: `single_steps_lost`).
+
+use super::arming::SiteData;
+use super::tree::TaskData;
+use super::{read_kernel, tracer, Tracer};
+use crate::bindings;
+use crate::decode::{self, Flow, MAX_INSN_LEN};
+use crate::parse::OptionName;
+use crate::presite;
+use core::sync::atomic::{AtomicBool, Ordering};
+use kernel::ffi::{c_int, c_ulong};
+
+/// EFLAGS.TF: a debug trap after each instruction.
+const X86_EFLAGS_TF: u64 = 1 << 8;
+/// DR6.BS: the debug trap is a single step.
+const DR_STEP: c_ulong = 1 << 14;
+/// Steps allowed from the arming trampoline back to the call site: its `ret` (through
+/// the return thunk this CPU uses, a few instructions).
+const RESUME_STEPS: u8 = 24;
+
+/// Set once fctrace has set the trap flag of a task since the module was loaded: from
+/// then on a kernel single-step trap nobody claims is taken for one of ours whose task
+/// lost its step state (tracing stopped meanwhile), rather than left to the kernel's
+/// warning. Nothing else in the kernel single-steps kernel code with the trap flag
+/// (kprobes no longer does, kgdb is not built in).
+static STEPPED: AtomicBool = AtomicBool::new(false);
+
+/// A traced task single-stepping from a pre-site to its call site.
+#[derive(Clone, Copy)]
+pub(crate) struct Step {
+    /// The call site.
+    pub(crate) site: SiteData,
+    /// Steps left before giving up.
+    pub(crate) left: u8,
+}
+
+/// Whether `regs` were saved by an optimized probe's detour rather than by a breakpoint
+/// trap. The detour (`optprobe_template_func`, Linux 6.12) builds `pt_regs` on the probed
+/// stack right below its stack pointer, so they end exactly where the stack pointer
+/// was; a trap's frame lies below a gap (`asm_exc_int3`) or on another stack.
+fn from_detour(regs: &bindings::pt_regs) -> bool {
+    let end = (regs as *const bindings::pt_regs as u64)
+        .wrapping_add(core::mem::size_of::<bindings::pt_regs>() as u64);
+    end == regs.sp as u64
+}
+
+impl Tracer {
+    /// The handler of a pre-site probe (`site.pre`): starts a traced task's single step to
+    /// the call site. Runs in the detour (interrupts as they were, preemption disabled
+    /// once by kprobes) or, until the probe is optimized, in its breakpoint trap. Never
+    /// changes `regs.ip` (the detour ignores it).
+    pub(super) fn on_pre_site(&self, site: &SiteData, regs: &mut bindings::pt_regs) -> c_int {
+        let irqs = self.settings.option(OptionName::Irqs);
+        let via = u32::from(from_detour(regs));
+        let Some(cur) = self.current_in(regs, via, irqs) else {
+            return 0;
+        };
+        // SAFETY: a probe handler in `cur`'s context (interrupts off in the trap;
+        // preemption off in the detour, and the tree is the task's own); `d` is dropped
+        // before returning.
+        let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
+            return 0;
+        };
+        // The same early checks as the call-site handler's: a task in the trampoline, or
+        // with no open frame of this function, is not stepped.
+        if d.wait.guard || !d.stack.top().is_some_and(|t| t.func == site.func) {
+            return 0;
+        }
+        // A step left over (its trap never came): it is over.
+        if d.step.is_some() {
+            self.stats.single_steps_lost.fetch_add(1, Ordering::Relaxed);
+        }
+        d.step = Some(Step {
+            site: *site,
+            left: presite::MAX_STEPS,
+        });
+        STEPPED.store(true, Ordering::Relaxed);
+        self.stats.single_steps.fetch_add(1, Ordering::Relaxed);
+        if via == 0 {
+            self.stats
+                .single_steps_trapped
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        regs.flags |= X86_EFLAGS_TF as c_ulong;
+        0
+    }
+
+    /// A single-step trap of the current task (`regs` its registers): goes on stepping,
+    /// or runs the call-site handler once the task stands on the site. Returns whether
+    /// the trap was fctrace's.
+    fn on_step(&self, regs: &mut bindings::pt_regs) -> bool {
+        let irqs = self.settings.option(OptionName::Irqs);
+        let Some(cur) = self.current_in(regs, bindings::FCTRACE_VIA_DIE, irqs) else {
+            return false;
+        };
+        let site = {
+            // SAFETY: the debug trap runs in `cur`'s context with interrupts off, like a
+            // breakpoint's handler; `d` is dropped at the end of this block, before the
+            // call-site handler takes the tree again.
+            let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
+                return false;
+            };
+            let Some(step) = d.step.as_mut() else {
+                return false;
+            };
+            if regs.ip as u64 != step.site.addr {
+                if step.left > 0 {
+                    step.left -= 1;
+                    return true;
+                }
+                d.step = None;
+                regs.flags &= !(X86_EFLAGS_TF as c_ulong);
+                self.stats.single_steps_lost.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            let site = step.site;
+            d.step = None;
+            site
+        };
+        regs.flags &= !(X86_EFLAGS_TF as c_ulong);
+        let Some(site) = live_site(site) else {
+            return true;
+        };
+        self.on_site(&site, regs, bindings::FCTRACE_VIA_DIE);
+        // Sent to the arming trampoline, which returns to the site: step again from
+        // there (see `resume_after_wait`).
+        // SAFETY: a C accessor of a constant address.
+        if regs.ip as u64 == unsafe { bindings::fctrace_trampoline_addr() } as u64 {
+            // SAFETY: as above; the handler's reference to the tree has ended.
+            if let Some((_, d)) = unsafe { self.tree(&cur) } {
+                d.step = Some(Step {
+                    site,
+                    left: RESUME_STEPS,
+                });
+            }
+        }
+        true
+    }
+
+    /// As the task leaves the arming trampoline (`fctrace_trampoline` if `to_site`, else
+    /// the entry trampoline): whether it came from a pre-site's single step that goes on
+    /// from the call site (`fctrace_trampoline` then sets the trap flag in the flags it
+    /// returns with). Any other step is over.
+    pub(super) fn resume_after_wait(&self, d: &mut TaskData, to_site: bool) -> bool {
+        let resume = d.step.is_some() && to_site && self.active.load(Ordering::Acquire);
+        if !resume {
+            d.step = None;
+        }
+        resume
+    }
+}
+
+/// The call site `site` as the task is about to run it. A direct call or jump is checked
+/// against the live code: kprobes refuses no pre-site before a static call, whose target
+/// the kernel rewrites (`static_call_update()`), so the branch found there now is the
+/// one drawn (with its raw target: the thunks were resolved for the old one only), and
+/// `None` when there is none (a static call turned into a nop, or a breakpoint while
+/// the kernel rewrites it).
+fn live_site(mut site: SiteData) -> Option<SiteData> {
+    if site.live == 0 {
+        return Some(site);
+    }
+    let mut code = [0u8; MAX_INSN_LEN];
+    let code = code.get_mut(..usize::from(site.len))?;
+    if !read_kernel(site.addr, code) {
+        return None;
+    }
+    let t = match decode::decode(code, site.addr).ok()?.flow {
+        Flow::Call(t) | Flow::Jmp(t) | Flow::Jcc(t, _) => t,
+        _ => return None,
+    };
+    if t != site.live {
+        site.kind = site.kind.with_direct(t);
+        site.live = t;
+    }
+    Some(site)
+}
+
+/// A debug trap (`DIE_DEBUG`) with debug status `*dr6`, from the module's die notifier:
+/// handles fctrace's single steps. Returns whether the trap was fctrace's (the notifier
+/// then stops the chain).
+pub(crate) fn on_debug(regs: &mut bindings::pt_regs, dr6: *mut c_ulong) -> bool {
+    // SAFETY: for DIE_DEBUG the notifier's `err` is the trap's pointer to its DR6 copy,
+    // valid for the trap's duration (checked for null by the caller).
+    let status = unsafe { *dr6 };
+    // SAFETY: reading a plain integer field of a union of integers.
+    let cs = unsafe { regs.__bindgen_anon_1.cs } as u64;
+    if status & DR_STEP == 0 || cs & 3 != 0 || regs.flags as u64 & X86_EFLAGS_TF == 0 {
+        return false;
+    }
+    let ours = tracer().is_some_and(|tr| tr.on_step(regs));
+    let ours = ours || {
+        // A step whose task's state is gone (tracing stopped while it stepped): end it.
+        let orphan = STEPPED.load(Ordering::Relaxed);
+        if orphan {
+            regs.flags &= !(X86_EFLAGS_TF as c_ulong);
+            if let Some(tr) = tracer() {
+                tr.stats.single_steps_lost.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        orphan
+    };
+    if ours {
+        // SAFETY: as above; notifiers clear the status bits they consumed.
+        unsafe { *dr6 &= !DR_STEP };
+    }
+    ours
+}
