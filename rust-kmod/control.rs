@@ -221,6 +221,12 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "entry_hooks: {}", n(&s.entry_hooks))?;
     writeln!(t, "entry_hooks_refused: {}", n(&s.entry_hooks_refused))?;
     writeln!(t, "static_call_hooks: {}", n(&s.static_hooks))?;
+    writeln!(t, "entry_probes: {}", n(&s.entry_probes))?;
+    writeln!(
+        t,
+        "entry_probes_optimized: {}",
+        n(&s.entry_probes_optimized)
+    )?;
     writeln!(
         t,
         "static_call_hooks_missing: {}",
@@ -367,6 +373,9 @@ fn write_set_pid(tr: &Tracer, data: &[u8], append: bool) -> Result {
         *o = t.load(Ordering::Relaxed);
     }
     for (t, &new) in tr.traced.iter().zip(tgids.iter()) {
+        if new != 0 {
+            tr.mark_traced(new);
+        }
         t.store(new, Ordering::Release);
     }
     if m == 0 {
@@ -375,6 +384,9 @@ fn write_set_pid(tr: &Tracer, data: &[u8], append: bool) -> Result {
     }
     tr.activate(&mut inner).inspect_err(|e| {
         for (o, t) in old.iter().zip(tr.traced.iter()) {
+            if *o != 0 {
+                tr.mark_traced(*o);
+            }
             t.store(*o, Ordering::Release);
         }
         drop(inner);

@@ -5,7 +5,8 @@
 //! write), with the tracer's mutex held; never in a probe handler.
 
 use super::policy::{is_denied, is_instrumentation};
-use super::table::{EntryId, FuncState, HOOK_ENTRY, HOOK_NONE, HOOK_TAIL};
+use super::static_call::EntryKind;
+use super::table::{EntryId, FuncState, HOOK_ENTRY, HOOK_NONE, HOOK_PROBE, HOOK_TAIL};
 use super::{read_kernel, timed, Tracer, TracerInner};
 use crate::decode::{self, Flow};
 use crate::kprobe::{Probe, ProbeSet};
@@ -21,7 +22,7 @@ use kernel::c_str;
 use kernel::prelude::*;
 
 /// The largest function fctrace decodes.
-const MAX_FUNC_SIZE: u64 = 256 * 1024;
+pub(crate) const MAX_FUNC_SIZE: u64 = 256 * 1024;
 
 /// How the traced task reaches the callee of a call site.
 #[derive(Clone, Copy)]
@@ -71,21 +72,6 @@ pub(crate) struct SiteData {
     /// The probe is not on the site but on its pre-site, this address (see `step.rs`); 0
     /// when it is on the site.
     pub(crate) pre: u64,
-    /// For a direct branch watched from its pre-site: its target as it was in the live
-    /// code when the function was armed (before thunks were resolved), which the
-    /// single step checks against the code it finds (a static call's target changes).
-    pub(crate) live: u64,
-}
-
-impl SiteKind {
-    /// The same kind of branch, directly to `t`.
-    pub(crate) fn with_direct(self, t: u64) -> SiteKind {
-        match self {
-            SiteKind::Call(_) => SiteKind::Call(Target::Direct(t)),
-            SiteKind::Tail(_) => SiteKind::Tail(Target::Direct(t)),
-            SiteKind::TailIf(_, cc) => SiteKind::TailIf(Target::Direct(t), cc),
-        }
-    }
 }
 
 /// An armed function: its probes.
@@ -199,8 +185,10 @@ impl Tracer {
         if !read_kernel(start, &mut code) {
             return Err(Reason::Unprobeable);
         }
-        // Our own int3 hooks on the preemption path are not someone else's breakpoints.
+        // Our own int3 hooks on the preemption path, and our entry probes, are not
+        // someone else's breakpoints.
         self.preempt.restore_hook_bytes(start, &mut code);
+        inner.restore_entry_probe_bytes(start, &mut code);
         let end = start + size;
         let fentry = fentry_offset(&code) as u32;
         let thunks = inner.thunks;
@@ -214,7 +202,9 @@ impl Tracer {
         let mut steps: KVVec<presite::Insn> = KVVec::new();
         let mut jump_targets: KVVec<u32> = KVVec::new();
         let mut body = fentry;
-        let mut presites_ok = true;
+        // kprobes optimizes no probe in a function with an exception table entry: there a
+        // pre-site would stay a breakpoint, and cost the traced task single steps too.
+        let mut presites_ok = !inner.extable.any_in(start, end);
         for pass in 0..2 {
             let mut n = 0usize;
             let mut idx = 0usize;
@@ -292,8 +282,10 @@ impl Tracer {
                 }
                 n += 1;
                 if pass == 1 {
-                    // A call or jump is watched from its pre-site where it has one.
-                    let pre = if presites_ok {
+                    // An indirect call or jump is watched from its pre-site where it has
+                    // one. (Not a direct one: the single steps cost the traced task more
+                    // than the breakpoint, and there are many more direct ones.)
+                    let pre = if presites_ok && kind.direct_callee().is_none() {
                         presite::pre_site(&steps, this, body, |o| {
                             jump_targets.binary_search(&o).is_ok()
                         })
@@ -308,14 +300,6 @@ impl Tracer {
                         len: insn.len,
                         kind,
                         pre,
-                        live: match insn.flow {
-                            Flow::Call(t) | Flow::Jmp(t) | Flow::Jcc(t, _)
-                                if pre != 0 && kind.direct_callee().is_some() =>
-                            {
-                                t
-                            }
-                            _ => 0,
-                        },
                     };
                     let probe = if pre != 0 {
                         Probe::at(pre, data).optimizable()
@@ -413,7 +397,17 @@ impl Tracer {
                 _ => None,
             };
             let Some(ip) = site else {
-                hooks.add(c, HOOK_NONE, 0);
+                // No ftrace site: an entry probe where kprobes can optimize one (see
+                // `static_call.rs`); else its call sites are probed.
+                let probed = self.add_entry_probe(inner, c, tail, sym, EntryKind::Notrace)
+                    && hooks.add(
+                        c,
+                        HOOK_ENTRY | HOOK_PROBE | tail_bit,
+                        *call_range(c, sym).start(),
+                    );
+                if !probed {
+                    hooks.add(c, HOOK_NONE, 0);
+                }
                 continue;
             };
             if new.reserve(1, GFP_KERNEL).is_err() || ips.reserve(1, GFP_KERNEL).is_err() {

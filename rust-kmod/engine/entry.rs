@@ -73,8 +73,15 @@ pub(super) enum Via {
     /// function too, and may change the registers ftrace returns with): no task is sent
     /// to wait.
     Shared(u64),
-    /// A kprobe (`static_call.rs`): the function runs already.
-    Kprobe,
+    /// An entry probe at `addr` (`static_call.rs`). `trapped`: a breakpoint, which can
+    /// send the task to the arming trampoline (to come back to `addr`); else the detour
+    /// of an optimized probe (or ftrace), which cannot, and a callee not armed yet is a
+    /// leaf for this `reason`.
+    Kprobe {
+        addr: u64,
+        trapped: bool,
+        reason: Reason,
+    },
 }
 
 /// The C callback asks first: is the current task (thread group `tgid`) traced?
@@ -210,11 +217,10 @@ impl Tracer {
                 .leaf(&rec, Reason::Depth, flags, func, site, site_sp, tail);
             return 0;
         }
-        // The key of a wait: the ftrace site (the task comes back to it), or for a kprobe
-        // entry (which cannot send the task to wait) the call site.
+        // The key of a wait: the ftrace site or probed instruction (the task comes back
+        // to it).
         let key = match e.via {
-            Via::Ftrace(ip) | Via::Shared(ip) => ip,
-            Via::Kprobe => site,
+            Via::Ftrace(ip) | Via::Shared(ip) | Via::Kprobe { addr: ip, .. } => ip,
         };
         let callee = self.classify_call(&cur, d, func, key, tail);
         if !matches!(callee, Callee::Wait) {
@@ -232,14 +238,23 @@ impl Tracer {
             }
             Callee::Wait => match e.via {
                 Via::Ftrace(ip) => self.redirect_entry(d, regs, ip, func),
+                // A breakpoint: the trampoline returns to the probed instruction, the
+                // pre-handler says it changed the instruction pointer.
+                Via::Kprobe {
+                    addr,
+                    trapped: true,
+                    ..
+                } => {
+                    self.redirect(d, regs, addr, func);
+                    return 1;
+                }
                 // The callee runs (or will, whatever fctrace asks) before it can be armed.
-                Via::Shared(_) | Via::Kprobe => {
+                Via::Shared(_) | Via::Kprobe { trapped: false, .. } => {
                     d.wait.last_redirect = 0;
                     self.want(func);
-                    let r = if e.via == Via::Kprobe {
-                        Reason::StaticCall
-                    } else {
-                        Reason::SharedSite
+                    let r = match e.via {
+                        Via::Kprobe { reason, .. } => reason,
+                        _ => Reason::SharedSite,
                     };
                     d.stack.leaf(&rec, r, flags, func, site, site_sp, tail);
                 }

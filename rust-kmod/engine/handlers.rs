@@ -442,6 +442,7 @@ impl Tracer {
         if child == cur.tgid || self.is_traced(child) {
             return 0;
         }
+        self.mark_traced(child);
         if !self.traced.iter().any(|t| {
             t.compare_exchange(0, child, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()

@@ -34,6 +34,7 @@
 
 mod arming;
 mod entry;
+mod extable;
 mod handlers;
 mod policy;
 mod preempt;
@@ -67,6 +68,11 @@ pub(crate) use crate::shadow::MAX_FRAMES;
 pub(crate) const MAX_TASKS: usize = 64;
 /// Processes `set_pid` can hold.
 pub(crate) const MAX_PIDS: usize = 32;
+/// The bit of thread group `tgid` in `Tracer::traced_mask`.
+fn traced_bit(tgid: u32) -> u64 {
+    1 << (tgid % 64)
+}
+
 /// Default and largest bound on the probes armed at once (`max_probes`).
 pub(crate) const DEFAULT_MAX_PROBES: u64 = 60000;
 pub(crate) const MAX_MAX_PROBES: u64 = 1_000_000;
@@ -149,6 +155,11 @@ pub(crate) struct Stats {
     /// those that could not get one.
     pub(crate) static_hooks: AtomicU64,
     pub(crate) static_hooks_missing: AtomicU64,
+    /// Direct callees without an ftrace site with an entry probe now (`static_call.rs`),
+    /// and of all entry probes, those kprobes had optimized when the mutex was last
+    /// released.
+    pub(crate) entry_probes: AtomicU64,
+    pub(crate) entry_probes_optimized: AtomicU64,
     /// Functions with an entry hook (see `entry.rs`), and those that could not get one
     /// (no ftrace site, or ftrace refused it): their call sites are probed instead.
     pub(crate) entry_hooks: AtomicU64,
@@ -237,6 +248,8 @@ pub(crate) struct TracerInner {
     static_hooks: KVec<Pin<KBox<Probe<static_call::StaticHook>>>>,
     /// The running kernel's branch thunks, found when tracing starts.
     pub(crate) thunks: Thunks,
+    /// The kernel image's exception table, read when tracing first starts.
+    pub(crate) extable: extable::Extable,
 }
 
 impl TracerInner {
@@ -250,6 +263,7 @@ impl TracerInner {
             entry: crate::ftrace::EntryHooks::new(),
             static_hooks: KVec::new(),
             thunks: Thunks::new(),
+            extable: extable::Extable::unknown(),
         }
     }
 
@@ -274,6 +288,10 @@ pub(crate) struct Tracer {
     pub(crate) settings: Settings,
     /// Traced processes (thread-group ids), 0 = free.
     pub(crate) traced: [AtomicU32; MAX_PIDS],
+    /// A bit (`traced_bit`) for each thread group that is in `traced` or was since
+    /// tracing last stopped with none: a task whose bit is clear is not traced. Set by
+    /// [`Tracer::mark_traced`] before the thread group goes into `traced`.
+    traced_mask: AtomicU64,
     /// Probes are registered and tracing.
     pub(crate) active: AtomicBool,
     /// Open `trace_pipe` files.
@@ -341,6 +359,15 @@ impl Drop for Guard<'_> {
             }
         }
         self.stats.presites.store(pre, Ordering::Relaxed);
+        let entry_optimized = self
+            .guard
+            .static_hooks
+            .iter()
+            .filter(|p| p.is_registered() && p.is_optimized())
+            .count();
+        self.stats
+            .entry_probes_optimized
+            .store(entry_optimized as u64, Ordering::Relaxed);
         self.stats
             .presites_optimized
             .store(optimized, Ordering::Relaxed);
@@ -372,12 +399,21 @@ impl Tracer {
         self.generation.load(Ordering::Acquire)
     }
 
+    /// Whether thread group `tgid` is traced. Every hook asks this of every task that
+    /// runs it: most tasks are answered by one bit of `traced_mask`.
     pub(crate) fn is_traced(&self, tgid: u32) -> bool {
         tgid != 0
+            && self.traced_mask.load(Ordering::Acquire) & traced_bit(tgid) != 0
             && self
                 .traced
                 .iter()
                 .any(|t| t.load(Ordering::Relaxed) == tgid)
+    }
+
+    /// Before `tgid` is stored into `traced`: its bit in `traced_mask`.
+    pub(crate) fn mark_traced(&self, tgid: u32) {
+        self.traced_mask
+            .fetch_or(traced_bit(tgid), Ordering::AcqRel);
     }
 
     pub(crate) fn any_traced(&self) -> bool {
@@ -414,6 +450,7 @@ impl TracerHandle {
                 buf,
                 settings: Settings::new(),
                 traced: [const { AtomicU32::new(0) }; MAX_PIDS],
+                traced_mask: AtomicU64::new(0),
                 active: AtomicBool::new(false),
                 readers: AtomicUsize::new(0),
                 generation: AtomicU32::new(1),

@@ -5,6 +5,7 @@
 //! functions no traced task has entered for a while.
 
 use super::arming::{body_start, find_thunks};
+use super::extable::Extable;
 use super::handlers::Hook;
 use super::policy::IRQ_ROOTS;
 use super::table::FuncState;
@@ -47,6 +48,9 @@ impl Tracer {
         // Entries of returns put back when tracing last stopped go now.
         self.drop_restored_returns();
         inner.thunks = find_thunks();
+        if !inner.extable.is_known() {
+            inner.extable = Extable::load();
+        }
         self.ret_hooks.resolve();
         // No task may keep state from an earlier session.
         self.generation.fetch_add(1, Ordering::AcqRel);
@@ -146,6 +150,11 @@ impl Tracer {
     /// Removes every probe. With the mutex held.
     pub(crate) fn deactivate(&self, inner: &mut TracerInner) {
         self.active.store(false, Ordering::Release);
+        if !self.any_traced() {
+            // (Thread groups go into `traced` with the mutex held, or from a traced
+            // process's fork: none now.)
+            self.traced_mask.store(0, Ordering::Release);
+        }
         {
             let mut batch = Batch::new();
             for h in inner.hooks.iter() {
@@ -168,6 +177,7 @@ impl Tracer {
         inner.hooks = KVec::new();
         inner.static_hooks = KVec::new();
         self.stats.static_hooks.store(0, Ordering::Relaxed);
+        self.stats.entry_probes.store(0, Ordering::Relaxed);
         inner.funcs = KVec::new();
         self.table.clear();
         self.hooks.clear();

@@ -1,40 +1,74 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Calls from sites kprobes refuses: static calls.
+//! Entry probes: calls seen at the entry of a callee that has no entry hook, through a
+//! kprobe on its first instruction.
 //!
-//! kprobes will not place a probe on a static call site (`static_call_text_reserved()`):
-//! `static_call_update()` rewrites those instructions at run time. On a kernel with
-//! `PREEMPT_DYNAMIC` they are everywhere: `might_resched()` (in every `might_sleep()`,
-//! every sleeping allocation) and `cond_resched()` are static calls of `__cond_resched()`
-//! in voluntary preemption mode. Such a call would never be seen, nor anything below it
-//! (the scheduler, when it runs there).
+//! Two kinds of callee get one:
 //!
-//! A static call of a callee with an ftrace site needs nothing here: the callee gets an
-//! entry hook (`entry.rs`) and the site no probe. When arming a function finds a direct
-//! call or tail call that kprobes refuses into a callee without one, that callee gets a
-//! [`StaticHook`]: a kprobe on its entry, whose handler draws the call as the entry hooks
-//! do (`Tracer::on_entry`), except that the task cannot wait for an unarmed callee here:
-//! that call shows as `not followed: static call` and the callee is armed ahead. The
-//! target is read from the live code when the caller is armed; a static call updated
-//! later to a callee without a hook is not seen.
+//! - Callees of static call sites. kprobes will not place a probe on a static call site
+//!   (`static_call_text_reserved()`): `static_call_update()` rewrites those instructions
+//!   at run time. On a kernel with `PREEMPT_DYNAMIC` they are everywhere:
+//!   `might_resched()` (in every `might_sleep()`, every sleeping allocation) and
+//!   `cond_resched()` are static calls of `__cond_resched()` in voluntary preemption
+//!   mode. A static call of a callee with an ftrace site needs nothing here: the callee
+//!   gets an entry hook (`entry.rs`) and the site no probe. When arming a function finds
+//!   a direct call or tail call that kprobes refuses into a callee without one, that
+//!   callee gets an entry probe. The target is read from the live code when the caller
+//!   is armed; a static call updated later to a callee without a hook is not seen.
+//! - Direct callees without an ftrace site (`notrace` code such as the `vsnprintf()`
+//!   family, assembly such as `rep_movs_alternative()`), where kprobes can optimize a
+//!   probe on their entry into a jump (see [`entry_optimizable`]): instead of a
+//!   breakpoint on every call site of theirs in an armed function, which every task
+//!   running that code would trap on, every caller pays a jump into kprobes' detour and
+//!   one check (is the current task traced?), as for an entry hook through ftrace.
+//!
+//! The handler draws the call as the entry hooks do (`Tracer::on_entry`). A callee not
+//! armed yet is armed before it runs where the probe is still a breakpoint (the task is
+//! sent to the arming trampoline, which returns to the probed instruction); from an
+//! optimized probe's detour, which cannot send the task anywhere, the call shows as `not
+//! followed: static call` (or `not followed: entry probe`) and the callee is armed for
+//! its next call. (Arming a function that waited arms its first direct callees too, see
+//! `wait.rs`, so that is rare.)
 
-use super::arming::{call_range, never_probed};
+use super::arming::{call_range, never_probed, MAX_FUNC_SIZE};
 use super::entry::{Entered, Via};
-use super::{tracer, Tracer, TracerInner};
+use super::step::from_detour;
+use super::tree::current_ids;
+use super::{read_kernel, tracer, Tracer, TracerInner};
 use crate::bindings;
+use crate::decode::{self, Flow};
 use crate::kprobe::{Handler, Probe};
 use crate::ksym::addr_of;
 use crate::ksym::SymBuf;
+use crate::presite;
+use crate::record::Reason;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use kernel::alloc::KVVec;
 use kernel::c_str;
 use kernel::ffi::c_int;
 use kernel::prelude::*;
 
-/// The most callees hooked at once.
-pub(crate) const MAX_STATIC_HOOKS: usize = 256;
+/// The most callees with an entry probe at once.
+pub(crate) const MAX_STATIC_HOOKS: usize = 4096;
 
-/// An entry probe on the callee of refused call sites.
+/// The bytes of a callee's entry kept (`endbr64` and the most a probe's jump covers).
+const SAVED_BYTES: usize = 24;
+
+/// Why a callee has an entry probe.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EntryKind {
+    /// kprobes refused a direct call site of it (a static call).
+    StaticCall,
+    /// It has no ftrace site.
+    Notrace,
+}
+
+/// An entry probe on a callee (see the module documentation).
 pub(crate) struct StaticHook {
+    kind: EntryKind,
+    /// The first bytes of the callee as they were before the probe went on, from its
+    /// start: arming the callee decodes them instead of the probe's breakpoint or jump.
+    saved: [u8; SAVED_BYTES],
     /// The callee's start.
     func: u64,
     /// Where a call of it may point: its start, or (call-depth tracking) its padding,
@@ -86,55 +120,161 @@ impl Tracer {
         tail: bool,
         sym: &mut SymBuf,
     ) {
+        if !self.add_entry_probe(inner, callee, tail, sym, EntryKind::StaticCall) {
+            self.stats
+                .static_hooks_missing
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Gives `callee`, called (or, `tail`, jumped to) directly from an armed function, an
+    /// entry probe of `kind`; returns whether it has one. A `Notrace` callee gets one only
+    /// where kprobes can optimize it ([`entry_optimizable`]); a `StaticCall` callee
+    /// always, optimizable where it can be. Callees that fctrace never arms (denied,
+    /// thunks, its own code) get none. With the mutex held; sleeps.
+    pub(crate) fn add_entry_probe(
+        &self,
+        inner: &mut TracerInner,
+        callee: u64,
+        tail: bool,
+        sym: &mut SymBuf,
+        kind: EntryKind,
+    ) -> bool {
         if let Some(h) = inner.static_hooks.iter().find(|h| h.data.func == callee) {
             if tail {
                 h.data.tail.store(true, Ordering::Relaxed);
             }
-            return;
+            return h.is_registered();
         }
-        let missing = || {
-            self.stats
-                .static_hooks_missing
-                .fetch_add(1, Ordering::Relaxed);
-        };
-        match sym.lookup(callee) {
+        let size = match sym.lookup(callee) {
             Some(info)
-                if info.offset == 0 && !never_probed(inner, callee, info.name.as_bytes()) => {}
-            _ => return,
+                if info.offset == 0 && !never_probed(inner, callee, info.name.as_bytes()) =>
+            {
+                info.size
+            }
+            _ => return false,
+        };
+        let mut saved = [0u8; SAVED_BYTES];
+        if !read_kernel(callee, &mut saved[..(size as usize).min(SAVED_BYTES)]) {
+            return false;
         }
-        if inner.static_hooks.len() >= MAX_STATIC_HOOKS {
-            missing();
-            return;
+        let optimizable = entry_optimizable(inner, callee, size);
+        if (kind == EntryKind::Notrace && !optimizable)
+            || inner.static_hooks.len() >= MAX_STATIC_HOOKS
+        {
+            return false;
         }
         let hook = StaticHook {
+            kind,
+            saved,
             func: callee,
             pfx: *call_range(callee, sym).start(),
             tail: AtomicBool::new(tail),
         };
-        let Ok(mut b) = KBox::pin(Probe::at(callee, hook), GFP_KERNEL) else {
-            missing();
-            return;
-        };
-        // Kept even when registration fails: the callee is not tried again.
-        if b.as_mut().register().is_ok() {
-            self.stats.static_hooks.fetch_add(1, Ordering::Relaxed);
+        let probe = Probe::at(callee, hook);
+        let probe = if optimizable {
+            probe.optimizable()
         } else {
-            missing();
+            probe
+        };
+        let Ok(mut b) = KBox::pin(probe, GFP_KERNEL) else {
+            return false;
+        };
+        let registered = b.as_mut().register().is_ok();
+        if registered {
+            let n = match kind {
+                EntryKind::StaticCall => &self.stats.static_hooks,
+                EntryKind::Notrace => &self.stats.entry_probes,
+            };
+            n.fetch_add(1, Ordering::Relaxed);
         }
-        if inner.static_hooks.push(b, GFP_KERNEL).is_err() {
-            // Dropping the probe unregisters it.
-            missing();
-        }
+        // Kept even when registration fails: the callee is not tried again. Without room
+        // (dropping the probe unregisters it), it is tried again next time.
+        inner.static_hooks.push(b, GFP_KERNEL).is_ok() && registered
     }
 
-    /// The entry of a callee of refused call sites: see `entry.rs`.
+    /// The entry of a callee with an entry probe: see `entry.rs`.
     fn on_static_entry(&self, p: &Probe<StaticHook>, regs: &mut bindings::pt_regs) -> c_int {
+        // Every task that calls the function comes here: most leave at once.
+        if !self.active.load(Ordering::Relaxed) || !self.is_traced(current_ids().1) {
+            return 0;
+        }
+        // Through ftrace (a callee with an ftrace site after all) or the detour of an
+        // optimized probe, preemption was disabled once; else this is a breakpoint trap.
+        let via = p.is_ftrace_based() || from_detour(regs);
         let e = Entered {
             func: p.data.func,
             pfx: p.data.pfx,
             tail_ok: p.data.tail.load(Ordering::Relaxed),
-            via: Via::Kprobe,
+            via: Via::Kprobe {
+                addr: p.addr(),
+                trapped: !via,
+                reason: match p.data.kind {
+                    EntryKind::StaticCall => Reason::StaticCall,
+                    EntryKind::Notrace => Reason::EntryProbe,
+                },
+            },
         };
-        self.on_entry(&e, regs, u32::from(p.is_ftrace_based()))
+        self.on_entry(&e, regs, u32::from(via))
     }
+}
+
+impl TracerInner {
+    /// In `code`, the live code of the function at `start`: puts back the bytes that an
+    /// entry probe of ours replaced (with a breakpoint, or the jump of an optimized one).
+    pub(crate) fn restore_entry_probe_bytes(&self, start: u64, code: &mut [u8]) {
+        if let Some(h) = self
+            .static_hooks
+            .iter()
+            .find(|h| h.data.func == start && h.is_registered())
+        {
+            let n = code.len().min(SAVED_BYTES);
+            if let (Some(dst), Some(src)) = (code.get_mut(..n), h.data.saved.get(..n)) {
+                dst.copy_from_slice(src);
+            }
+        }
+    }
+}
+
+/// Whether kprobes can optimize a probe on the entry of the function `func` of `size`
+/// bytes into a jump: its first instructions (after `endbr64`, where kprobes puts an
+/// entry probe) make a run of at least 5 bytes kprobes can copy, nothing in the function
+/// jumps into that run after its start, and the function has no exception table entry
+/// (`can_optimize()` in Linux 6.12; see `extable.rs`). Sleeps (allocates).
+pub(crate) fn entry_optimizable(inner: &TracerInner, func: u64, size: u64) -> bool {
+    if size == 0 || size > MAX_FUNC_SIZE || inner.extable.any_in(func, func + size) {
+        return false;
+    }
+    let Ok(mut code) = KVVec::from_elem(0u8, size as usize, GFP_KERNEL) else {
+        return false;
+    };
+    if !read_kernel(func, &mut code) {
+        return false;
+    }
+    let p = match code.get(..4) {
+        Some([0xf3, 0x0f, 0x1e, 0xfa]) => 4u64,
+        _ => 0,
+    };
+    // The run the jump covers.
+    let mut covered = 0u64;
+    while covered < u64::from(presite::JUMP_LEN) {
+        let Some(rest) = code.get((p + covered) as usize..) else {
+            return false;
+        };
+        if !presite::steppable(rest) {
+            return false;
+        }
+        match decode::decode(rest, func + p + covered) {
+            Ok(i) if i.flow == Flow::Next => covered += u64::from(i.len),
+            _ => return false,
+        }
+    }
+    let (lo, hi) = (func + p, func + p + covered);
+    let mut into = false;
+    let scanned = decode::scan(&code, func, |_, i| {
+        if let Flow::Jmp(t) | Flow::Jcc(t, _) = i.flow {
+            into |= t > lo && t <= hi;
+        }
+    });
+    scanned.is_ok() && !into
 }

@@ -34,9 +34,8 @@
 
 use super::arming::SiteData;
 use super::tree::TaskData;
-use super::{read_kernel, tracer, Tracer};
+use super::{tracer, Tracer};
 use crate::bindings;
-use crate::decode::{self, Flow, MAX_INSN_LEN};
 use crate::parse::OptionName;
 use crate::presite;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -70,7 +69,7 @@ pub(crate) struct Step {
 /// trap. The detour (`optprobe_template_func`, Linux 6.12) builds `pt_regs` on the probed
 /// stack right below its stack pointer, so they end exactly where the stack pointer
 /// was; a trap's frame lies below a gap (`asm_exc_int3`) or on another stack.
-fn from_detour(regs: &bindings::pt_regs) -> bool {
+pub(super) fn from_detour(regs: &bindings::pt_regs) -> bool {
     let end = (regs as *const bindings::pt_regs as u64)
         .wrapping_add(core::mem::size_of::<bindings::pt_regs>() as u64);
     end == regs.sp as u64
@@ -150,9 +149,6 @@ impl Tracer {
             site
         };
         regs.flags &= !(X86_EFLAGS_TF as c_ulong);
-        let Some(site) = live_site(site) else {
-            return true;
-        };
         self.on_site(&site, regs, bindings::FCTRACE_VIA_DIE);
         // Sent to the arming trampoline, which returns to the site: step again from
         // there (see `resume_after_wait`).
@@ -180,32 +176,6 @@ impl Tracer {
         }
         resume
     }
-}
-
-/// The call site `site` as the task is about to run it. A direct call or jump is checked
-/// against the live code: kprobes refuses no pre-site before a static call, whose target
-/// the kernel rewrites (`static_call_update()`), so the branch found there now is the
-/// one drawn (with its raw target: the thunks were resolved for the old one only), and
-/// `None` when there is none (a static call turned into a nop, or a breakpoint while
-/// the kernel rewrites it).
-fn live_site(mut site: SiteData) -> Option<SiteData> {
-    if site.live == 0 {
-        return Some(site);
-    }
-    let mut code = [0u8; MAX_INSN_LEN];
-    let code = code.get_mut(..usize::from(site.len))?;
-    if !read_kernel(site.addr, code) {
-        return None;
-    }
-    let t = match decode::decode(code, site.addr).ok()?.flow {
-        Flow::Call(t) | Flow::Jmp(t) | Flow::Jcc(t, _) => t,
-        _ => return None,
-    };
-    if t != site.live {
-        site.kind = site.kind.with_direct(t);
-        site.live = t;
-    }
-    Some(site)
 }
 
 /// A debug trap (`DIE_DEBUG`) with debug status `*dr6`, from the module's die notifier:

@@ -233,6 +233,9 @@ pub(crate) const HOOK_ENTRY: u32 = 1;
 pub(crate) const HOOK_TAIL: u32 = 2;
 /// It cannot have one (no ftrace site, or ftrace refused it): its call sites are probed.
 pub(crate) const HOOK_NONE: u32 = 4;
+/// Its entry hook is an entry probe (a kprobe, see `static_call.rs`), not ftrace's: a
+/// task can be sent to wait there only while kprobes has not optimized it.
+pub(crate) const HOOK_PROBE: u32 = 8;
 
 /// One function's mark.
 struct Hook {

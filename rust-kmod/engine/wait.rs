@@ -5,7 +5,7 @@
 //! ahead (callees first called in atomic context, armed for the next run), and lossless
 //! throttling (a task waits for the reader instead of losing events).
 
-use super::table::FuncState;
+use super::table::{FuncState, HOOK_PROBE};
 use super::tree::{current_ids, Cur, TaskData};
 use super::{clock_ns, this_cpu, tracer, Tracer, TracerInner, MAX_TASKS};
 use crate::bindings;
@@ -26,6 +26,9 @@ const AHEAD_DEPTH: u8 = 4;
 /// Direct callees of a function armed for a waiting task that are armed before the task
 /// goes on, and how many more are queued for arming ahead.
 const SYNC_CALLEES: usize = 16;
+/// The most callees with an entry probe armed with a function a task waited for (see
+/// [`Tracer::arm_probe_closure`]).
+const PROBE_CLOSURE: usize = 64;
 const WANT_CALLEES: usize = 48;
 /// The most functions one round of arming ahead looks at (armed ones included).
 const AHEAD_WALK: usize = 4096;
@@ -103,7 +106,7 @@ impl Tracer {
         self.waits.inflight.fetch_add(1, Ordering::AcqRel);
         // SAFETY: a C accessor of a constant address.
         let trampoline = unsafe { bindings::fctrace_trampoline_addr() } as u64;
-        // All our redirecting probes are int3 probes.
+        // Our redirecting probes are breakpoints (or the single step of `step.rs`).
         kprobe::emulate_call(regs, addr, trampoline);
     }
 
@@ -382,19 +385,26 @@ impl Tracer {
                 && self.arm(inner, t) == FuncState::Armed;
             // What it calls directly may run in atomic context (after it takes a lock),
             // where the task cannot wait: the first of its callees are armed before the
-            // task goes on, the others ahead, in the background.
+            // task goes on, the others ahead, in the background. Callees with an entry
+            // probe come first: once kprobes has optimized the probe, no task can wait
+            // there.
             let mut callees = [0u64; SYNC_CALLEES + WANT_CALLEES];
             let mut n = 0;
             if armed {
                 if let Some(f) = self.armed_func(inner, t) {
-                    for c in f.direct_callees() {
-                        if n == callees.len() {
-                            break;
-                        }
-                        if self.table.lookup(c) == FuncState::Unknown && !callees[..n].contains(&c)
-                        {
-                            callees[n] = c;
-                            n += 1;
+                    for probe_first in [true, false] {
+                        for c in f.direct_callees() {
+                            if n == callees.len() {
+                                break;
+                            }
+                            let probed = self.hooks.bits(c) & HOOK_PROBE != 0;
+                            if probed == probe_first
+                                && self.table.lookup(c) == FuncState::Unknown
+                                && !callees[..n].contains(&c)
+                            {
+                                callees[n] = c;
+                                n += 1;
+                            }
                         }
                     }
                 }
@@ -410,11 +420,58 @@ impl Tracer {
                     self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
                 }
             }
+            if armed {
+                self.arm_probe_closure(inner, t, now);
+            }
             let _ = req.compare_exchange(t, 0, Ordering::AcqRel, Ordering::Relaxed);
             wake_armed();
             for &c in later {
                 if !self.want_if_room(c) {
                     break;
+                }
+            }
+        }
+    }
+
+    /// Arms the callees with an entry probe (`static_call.rs`) of `func` and `also`
+    /// (armed, or not: then they have none), of those, and so on, up to `PROBE_CLOSURE`
+    /// functions: once kprobes has optimized an
+    /// entry probe no task can wait there, so a callee not armed by its first call would
+    /// be a leaf then (`not followed: entry probe`). They are library code (the
+    /// `vsnprintf()` family, string routines): a small closure. With the mutex held.
+    fn arm_probe_closure(&self, inner: &mut TracerInner, func: u64, also: &[u64]) {
+        let mut todo: KVec<u64> = KVec::new();
+        for &f in Iterator::chain(core::iter::once(&func), also) {
+            if todo.push(f, GFP_KERNEL).is_err() {
+                return;
+            }
+        }
+        let mut next = 0;
+        while let Some(&f) = todo.get(next) {
+            next += 1;
+            let mut callees: KVec<u64> = KVec::new();
+            if let Some(af) = self.armed_func(inner, f) {
+                for c in af.direct_callees() {
+                    if self.hooks.bits(c) & HOOK_PROBE != 0
+                        && self.table.lookup(c) == FuncState::Unknown
+                        && !callees.contains(&c)
+                        && callees.push(c, GFP_KERNEL).is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+            for c in callees {
+                if todo.len() > PROBE_CLOSURE || !self.active.load(Ordering::Acquire) {
+                    return;
+                }
+                if self.table.lookup(c) == FuncState::Unknown
+                    && self.arm(inner, c) == FuncState::Armed
+                {
+                    self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
+                    if todo.push(c, GFP_KERNEL).is_err() {
+                        return;
+                    }
                 }
             }
         }

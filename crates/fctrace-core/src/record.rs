@@ -71,6 +71,10 @@ pub enum Reason {
     /// runs with: the task is not sent to wait there for the callee to be armed. It is
     /// armed for its next call.
     SharedSite = 12,
+    /// The callee has no ftrace site and is seen at its entry through an optimized kprobe
+    /// (a jump to a detour, which cannot send the task elsewhere): the task is not sent
+    /// to wait there for the callee to be armed. It is armed for its next call.
+    EntryProbe = 13,
 }
 
 impl Reason {
@@ -89,6 +93,7 @@ impl Reason {
             10 => Reason::ArmTimeout,
             11 => Reason::StaticCall,
             12 => Reason::SharedSite,
+            13 => Reason::EntryProbe,
             _ => Reason::None,
         }
     }
@@ -109,11 +114,12 @@ impl Reason {
             Reason::ArmTimeout => "not followed: arming timed out",
             Reason::StaticCall => "not followed: static call",
             Reason::SharedSite => "not followed: shared ftrace site",
+            Reason::EntryProbe => "not followed: entry probe",
         }
     }
 
     /// Number of reasons, for per-reason counters.
-    pub const COUNT: usize = 13;
+    pub const COUNT: usize = 14;
 
     /// Name of the per-reason counter in the `stats` file.
     pub fn stat_name(self) -> &'static str {
@@ -131,6 +137,7 @@ impl Reason {
             Reason::ArmTimeout => "not_followed_arm_timeout",
             Reason::StaticCall => "not_followed_static_call",
             Reason::SharedSite => "not_followed_shared_site",
+            Reason::EntryProbe => "not_followed_entry_probe",
         }
     }
 }
