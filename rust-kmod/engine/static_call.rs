@@ -147,8 +147,14 @@ impl Tracer {
             return h.is_registered();
         }
         let size = match sym.lookup(callee) {
+            // Not `__schedule()` nor a preemption thunk: every context switch of every
+            // task would run the probe (the scheduler is followed through its callers'
+            // sites and the preemption hooks, see `preempt.rs`).
             Some(info)
-                if info.offset == 0 && !never_probed(inner, callee, info.name.as_bytes()) =>
+                if info.offset == 0
+                    && !never_probed(inner, callee, info.name.as_bytes())
+                    && !(kind == EntryKind::Notrace
+                        && (info.name == "__schedule" || self.preempt.is_thunk(callee))) =>
             {
                 info.size
             }
