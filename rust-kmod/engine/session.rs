@@ -82,6 +82,9 @@ impl Tracer {
             if self.arm_as(inner, root, true) != FuncState::Armed {
                 return Err(EINVAL);
             }
+            // No task waits for the start function: its callees with an entry probe are
+            // armed with it (see `wait.rs`).
+            self.arm_probe_closure(inner, root, &[]);
         }
         let root_hook = if root.is_some() {
             Hook::Root

@@ -439,7 +439,7 @@ impl Tracer {
     /// entry probe no task can wait there, so a callee not armed by its first call would
     /// be a leaf then (`not followed: entry probe`). They are library code (the
     /// `vsnprintf()` family, string routines): a small closure. With the mutex held.
-    fn arm_probe_closure(&self, inner: &mut TracerInner, func: u64, also: &[u64]) {
+    pub(super) fn arm_probe_closure(&self, inner: &mut TracerInner, func: u64, also: &[u64]) {
         let mut todo: KVec<u64> = KVec::new();
         for &f in Iterator::chain(core::iter::once(&func), also) {
             if todo.push(f, GFP_KERNEL).is_err() {
