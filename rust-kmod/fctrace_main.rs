@@ -32,6 +32,9 @@ mod bindings {
 #[path = "../crates/fctrace-decode/src/decode.rs"]
 mod decode;
 #[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-decode/src/emulate.rs"]
+mod emulate;
+#[allow(dead_code, unreachable_pub)]
 #[path = "../crates/fctrace-core/src/format.rs"]
 mod format;
 #[allow(dead_code, unreachable_pub)]

@@ -242,6 +242,12 @@ void fctrace_synchronize_handlers(void)
 	synchronize_rcu();
 }
 
+/* The base of the gs segment on this CPU: where %gs-relative (per-CPU) reads read. */
+unsigned long fctrace_gs_base(void)
+{
+	return raw_cpu_read(this_cpu_off);
+}
+
 extern char fctrace_trampoline[];
 
 unsigned long fctrace_trampoline_addr(void)

@@ -53,6 +53,8 @@ void fctrace_schedule_reap(unsigned int ms);
 /* Waits until every probe handler running now has returned. May sleep. */
 void fctrace_synchronize_handlers(void);
 unsigned long fctrace_trampoline_addr(void);
+/* This CPU's gs base (per-CPU offset). Call with preemption off. */
+unsigned long fctrace_gs_base(void);
 /* A bare RET of the module, patched at load like every return: see trampoline.S. */
 unsigned long fctrace_ret_site_addr(void);
 unsigned long fctrace_kprobe_flag_ftrace(void);

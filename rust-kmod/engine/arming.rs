@@ -6,9 +6,10 @@
 
 use super::policy::{is_denied, is_instrumentation};
 use super::static_call::EntryKind;
-use super::table::{EntryId, FuncState, HOOK_ENTRY, HOOK_NONE, HOOK_PROBE, HOOK_TAIL};
+use super::table::{EntryId, FuncState, HOOK_ENTRY, HOOK_LIVE, HOOK_NONE, HOOK_PROBE, HOOK_TAIL};
 use super::{read_kernel, timed, Tracer, TracerInner};
 use crate::decode::{self, Flow};
+use crate::emulate;
 use crate::kprobe::{Probe, ProbeSet};
 use crate::ksym::addr_of;
 use crate::ksym::SymBuf;
@@ -57,6 +58,20 @@ impl SiteKind {
             _ => None,
         }
     }
+
+    /// The call or jump through a register or memory, as a pre-site program ends with it
+    /// (`crate::emulate`); `None` for a direct one (or through `fs`). `next_ip`: where
+    /// the instruction ends.
+    fn indirect_final(self, next_ip: u64) -> Option<emulate::Final> {
+        let t = match self {
+            SiteKind::Call(t) | SiteKind::Tail(t) | SiteKind::TailIf(t, _) => t,
+        };
+        match t {
+            Target::Direct(_) => None,
+            Target::Reg(r) => Some(emulate::Final::Reg(r)),
+            Target::Mem(m) => emulate::Addr::from_mem(&m, next_ip).map(emulate::Final::Mem),
+        }
+    }
 }
 
 /// What the handler of a call-site probe knows.
@@ -72,6 +87,9 @@ pub(crate) struct SiteData {
     /// The probe is not on the site but on its pre-site, this address (see `step.rs`); 0
     /// when it is on the site.
     pub(crate) pre: u64,
+    /// For an indirect site with a pre-site: how the instructions from the pre-site to
+    /// the site compute the target, where they can be followed (`crate::emulate`).
+    pub(crate) prog: Option<emulate::Program>,
 }
 
 /// An armed function: its probes.
@@ -125,6 +143,14 @@ impl Tracer {
                 f.pinned = root;
                 self.table.set_end(entry, f.end);
                 self.table.touch(entry);
+            }
+            // A function reached through a function pointer has no entry hook yet (direct
+            // callees of armed functions have): with one, a pre-site that computes the
+            // target of an indirect call lets the traced task run on (see `step.rs`).
+            if !root && self.hooks.bits(target) & (HOOK_ENTRY | HOOK_NONE) == 0 {
+                if let Ok(mut sym) = SymBuf::new() {
+                    self.hook_callees(inner, &[(target, false)], &mut sym);
+                }
             }
         }
         state
@@ -293,6 +319,14 @@ impl Tracer {
                     } else {
                         0
                     };
+                    // The target, computed at the pre-site (see `step.rs`).
+                    let prog = (pre != 0)
+                        .then(|| {
+                            let fin = kind.indirect_final(addr + u64::from(insn.len))?;
+                            let run = code.get((pre - start) as usize..off as usize)?;
+                            emulate::compile(run, pre, fin)
+                        })
+                        .flatten();
                     let data = SiteData {
                         func: start,
                         func_end: end,
@@ -300,6 +334,7 @@ impl Tracer {
                         len: insn.len,
                         kind,
                         pre,
+                        prog,
                     };
                     let probe = if pre != 0 {
                         Probe::at(pre, data).optimizable()
@@ -402,7 +437,7 @@ impl Tracer {
                 let probed = self.add_entry_probe(inner, c, tail, sym, EntryKind::Notrace)
                     && hooks.add(
                         c,
-                        HOOK_ENTRY | HOOK_PROBE | tail_bit,
+                        HOOK_ENTRY | HOOK_PROBE | HOOK_LIVE | tail_bit,
                         *call_range(c, sym).start(),
                     );
                 if !probed {
@@ -437,6 +472,7 @@ impl Tracer {
                     inner.entry.add(&[ip]).is_ok()
                 });
             if hooked {
+                hooks.add(c, HOOK_LIVE, 0);
                 self.stats.entry_hooks.fetch_add(1, Ordering::Relaxed);
             } else {
                 hooks.set(c, HOOK_NONE);

@@ -35,7 +35,7 @@ use super::table::HOOK_TAIL;
 use super::{read_kernel, read_word, tracer, Tracer, MAX_FRAMES};
 use crate::bindings;
 use crate::parse::OptionName;
-use crate::record::{Reason, F_TAIL};
+use crate::record::{Reason, F_INDIRECT, F_TAIL};
 use core::sync::atomic::Ordering;
 use kernel::ffi::c_int;
 
@@ -142,6 +142,9 @@ impl Tracer {
         if d.wait.guard || d.stack.depth() == 0 {
             return 0;
         }
+        // An indirect call a pre-site computed (`step.rs`): this entry is that call, or the
+        // expectation is stale (the jump was not taken).
+        let expect = d.expect.take().filter(|x| x.target == e.func);
         let func = e.func;
         // At the entry, the stack pointer points to the return address.
         let entry_sp = regs.sp as u64;
@@ -167,7 +170,10 @@ impl Tracer {
         }
         let call_site = ret.wrapping_sub(5);
         let hooked = ours.is_none() && self.ret_hooks.contains(ret);
-        let is_call = ours.is_none() && (hooked || is_call_to(call_site, e.pfx..=func));
+        let expected = expect.filter(|x| ours.is_none() && !x.tail && x.ret == ret);
+        let is_call =
+            ours.is_none() && (hooked || expected.is_some() || is_call_to(call_site, e.pfx..=func));
+        let mut indirect = false;
         let (site, tail, site_sp) = if is_call {
             // A call: the caller ran at the stack pointer above the return address.
             let sp = entry_sp + 8;
@@ -187,6 +193,12 @@ impl Tracer {
                     return 0;
                 }
                 (top.func, false, sp)
+            } else if let Some(x) = expected {
+                if !self.table.contains(top.func, x.site) {
+                    return 0;
+                }
+                indirect = true;
+                (x.site, false, sp)
             } else if self.table.contains(top.func, call_site) {
                 (call_site, false, sp)
             } else {
@@ -204,11 +216,18 @@ impl Tracer {
             if top.entry_sp != entry_sp || top.func == func {
                 return 0;
             }
-            (top.func, true, entry_sp)
+            // An indirect jump its pre-site computed: from that site.
+            match expect.filter(|x| x.tail && self.table.contains(top.func, x.site)) {
+                Some(x) => {
+                    indirect = true;
+                    (x.site, true, entry_sp)
+                }
+                None => (top.func, true, entry_sp),
+            }
         } else {
             return 0;
         };
-        let flags = if tail { F_TAIL } else { 0 };
+        let flags = if tail { F_TAIL } else { 0 } | if indirect { F_INDIRECT } else { 0 };
         let max = self.settings.max_depth.load(Ordering::Relaxed) as usize;
         let depth = d.stack.depth();
         if (max != 0 && depth >= max) || depth >= MAX_FRAMES {
@@ -237,7 +256,13 @@ impl Tracer {
                 d.stack.leaf(&rec, r, flags, func, site, site_sp, tail)
             }
             Callee::Wait => match e.via {
-                Via::Ftrace(ip) => self.redirect_entry(d, regs, ip, func),
+                Via::Ftrace(ip) => {
+                    // The task comes back to this entry: the call is still the expected one.
+                    if indirect {
+                        d.expect = expect;
+                    }
+                    self.redirect_entry(d, regs, ip, func)
+                }
                 // A breakpoint: the trampoline returns to the probed instruction, the
                 // pre-handler says it changed the instruction pointer.
                 Via::Kprobe {
@@ -245,6 +270,9 @@ impl Tracer {
                     trapped: true,
                     ..
                 } => {
+                    if indirect {
+                        d.expect = expect;
+                    }
                     self.redirect(d, regs, addr, func);
                     return 1;
                 }

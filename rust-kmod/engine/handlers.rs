@@ -82,7 +82,7 @@ pub(super) enum Callee {
 }
 
 /// General purpose register `r` (x86 encoding order) of `regs`.
-fn reg(regs: &bindings::pt_regs, r: u8) -> u64 {
+pub(super) fn reg(regs: &bindings::pt_regs, r: u8) -> u64 {
     (match r {
         0 => regs.ax,
         1 => regs.cx,

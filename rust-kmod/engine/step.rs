@@ -31,11 +31,24 @@
 //! The number of steps is bounded ([`presite::MAX_STEPS`]); a task that does not reach
 //! the site within it (never expected: nothing jumps into the run) stops stepping and
 //! the call is not drawn (`stats`: `single_steps_lost`).
+//!
+//! Most of the time the task does not step at all. The instructions of the run are few
+//! and simple (a load from an ops table into the register the call goes through), and
+//! arming compiled them into a program (`crate::emulate`, host-tested against iced-x86)
+//! that the handler evaluates on the registers of the pre-site: it knows the target
+//! before the run executes. When that target is armed and its entry hook is in place
+//! (an ftrace hook or an entry probe, `HOOK_LIVE`: every armed function reached through
+//! a pointer gets one), the handler only leaves an [`Expect`] in the task's data and
+//! the task runs on; the target's entry hook draws the call from it (`entry.rs`), as it
+//! draws a direct call. Only a target not armed yet, or not computed, costs steps.
 
-use super::arming::SiteData;
+use super::arming::{SiteData, SiteKind};
+use super::handlers::reg;
+use super::table::{FuncState, HOOK_LIVE};
 use super::tree::TaskData;
-use super::{tracer, Tracer};
+use super::{read_kernel, tracer, Tracer};
 use crate::bindings;
+use crate::emulate;
 use crate::parse::OptionName;
 use crate::presite;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -63,6 +76,41 @@ pub(crate) struct Step {
     pub(crate) site: SiteData,
     /// Steps left before giving up.
     pub(crate) left: u8,
+}
+
+/// An indirect call or jump the traced task is about to make, whose target a pre-site
+/// computed: the target's entry hook draws it (`entry.rs`).
+#[derive(Clone, Copy)]
+pub(crate) struct Expect {
+    /// The call site.
+    pub(crate) site: u64,
+    /// The return address the call pushes (the end of the site's instruction).
+    pub(crate) ret: u64,
+    /// The callee.
+    pub(crate) target: u64,
+    /// A jump (a tail call), not a call.
+    pub(crate) tail: bool,
+}
+
+/// The registers and memory a pre-site program runs on: the probe's saved registers.
+struct PreSiteRegs<'a>(&'a bindings::pt_regs);
+
+impl emulate::Machine for PreSiteRegs<'_> {
+    fn reg(&self, r: emulate::Reg) -> u64 {
+        reg(self.0, r)
+    }
+
+    fn load(&self, addr: u64, size: u8) -> Option<u64> {
+        let mut b = [0u8; 8];
+        let n = usize::from(size).min(8);
+        read_kernel(addr, &mut b[..n]).then(|| u64::from_le_bytes(b))
+    }
+
+    fn gs_base(&self) -> Option<u64> {
+        // SAFETY: reads this CPU's per-CPU offset; the handler runs with preemption off
+        // (the detour) or interrupts off (the trap), so the CPU does not change.
+        Some(unsafe { bindings::fctrace_gs_base() } as u64)
+    }
 }
 
 /// Whether `regs` were saved by an optimized probe's detour rather than by a breakpoint
@@ -96,6 +144,26 @@ impl Tracer {
         // with no open frame of this function, is not stepped.
         if d.wait.guard || !d.stack.top().is_some_and(|t| t.func == site.func) {
             return 0;
+        }
+        // The target, computed before the run executes: an armed function whose entry hook
+        // is in place draws the call itself.
+        d.expect = None;
+        if let Some(t) = site.prog.and_then(|p| p.target(&PreSiteRegs(regs))) {
+            let tail = !matches!(site.kind, SiteKind::Call(_));
+            // An indirect jump inside the function: a jump table.
+            if tail && t >= site.func && t < site.func_end {
+                return 0;
+            }
+            if self.hooks.bits(t) & HOOK_LIVE != 0 && self.table.lookup(t) == FuncState::Armed {
+                d.expect = Some(Expect {
+                    site: site.addr,
+                    ret: site.addr + u64::from(site.len),
+                    target: t,
+                    tail,
+                });
+                self.stats.presite_computed.fetch_add(1, Ordering::Relaxed);
+                return 0;
+            }
         }
         // A step left over (its trap never came): it is over.
         if d.step.is_some() {

@@ -236,6 +236,9 @@ pub(crate) const HOOK_NONE: u32 = 4;
 /// Its entry hook is an entry probe (a kprobe, see `static_call.rs`), not ftrace's: a
 /// task can be sent to wait there only while kprobes has not optimized it.
 pub(crate) const HOOK_PROBE: u32 = 8;
+/// Its entry hook is in place (ftrace's filter updated, or the entry probe registered):
+/// a call of it is seen at its entry from now on (`HOOK_ENTRY` is set before that).
+pub(crate) const HOOK_LIVE: u32 = 16;
 
 /// One function's mark.
 struct Hook {

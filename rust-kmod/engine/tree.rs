@@ -83,6 +83,9 @@ pub(crate) struct TaskData {
     pub(crate) wait: WaitState,
     /// A single step from a pre-site to its call site in progress (see `step.rs`).
     pub(crate) step: Option<super::step::Step>,
+    /// An indirect call whose target the pre-site computed, for its entry hook to draw
+    /// (see `step.rs`).
+    pub(crate) expect: Option<super::step::Expect>,
 }
 
 impl TaskData {
@@ -91,6 +94,7 @@ impl TaskData {
         stack: ShadowStack::EMPTY,
         wait: WaitState::EMPTY,
         step: None,
+        expect: None,
     };
 }
 

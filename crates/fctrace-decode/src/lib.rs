@@ -13,7 +13,8 @@
 //! [`scan`] sweeps a whole function body. [`thunks`] says what a branch to a
 //! mitigation thunk (return, retpoline, ITS, call-depth accounting) really does;
 //! the module includes it the same way (`src/thunks.rs`), and [`presite`], which
-//! chooses where a call site can be watched without a breakpoint on it.
+//! chooses where a call site can be watched without a breakpoint on it, and
+//! [`emulate`], which computes an indirect call's target there.
 #![no_std]
 // The decoder must not be able to panic (it runs in the kernel, on live text).
 #![deny(
@@ -29,5 +30,6 @@
 
 mod decode;
 pub use decode::*;
+pub mod emulate;
 pub mod presite;
 pub mod thunks;
