@@ -214,6 +214,7 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "single_steps_trapped: {}", n(&s.single_steps_trapped))?;
     writeln!(t, "single_steps_lost: {}", n(&s.single_steps_lost))?;
     writeln!(t, "presite_computed: {}", n(&s.presite_computed))?;
+    writeln!(t, "probe_blockers: {}", n(&s.probe_blockers))?;
     writeln!(
         t,
         "late_int3_recovered: {}",

@@ -229,11 +229,27 @@ void fctrace_schedule_reap(unsigned int ms)
 	schedule_delayed_work(&fctrace_reap_dwork, msecs_to_jiffies(ms));
 }
 
+static void fctrace_optimize_fn(struct work_struct *work)
+{
+	fctrace_optimize_work();
+}
+
+static DECLARE_DELAYED_WORK(fctrace_optimize_dwork, fctrace_optimize_fn);
+
+void fctrace_schedule_optimize(unsigned int ms, bool push_back)
+{
+	if (push_back)
+		mod_delayed_work(system_wq, &fctrace_optimize_dwork, msecs_to_jiffies(ms));
+	else
+		schedule_delayed_work(&fctrace_optimize_dwork, msecs_to_jiffies(ms));
+}
+
 void fctrace_cancel_sync(void)
 {
 	irq_work_sync(&fctrace_kick_work);
 	cancel_work_sync(&fctrace_work);
 	cancel_delayed_work_sync(&fctrace_reap_dwork);
+	cancel_delayed_work_sync(&fctrace_optimize_dwork);
 }
 
 void fctrace_synchronize_handlers(void)
@@ -272,10 +288,6 @@ unsigned long fctrace_kprobe_flag_disabled(void)
 	return KPROBE_FLAG_DISABLED;
 }
 
-unsigned long fctrace_kprobe_flag_optimized(void)
-{
-	return KPROBE_FLAG_OPTIMIZED;
-}
 
 /*
  * kprobes emulates a probed direct call with int3_emulate_call(), which pushes the

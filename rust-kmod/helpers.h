@@ -48,6 +48,11 @@ int fctrace_mountpoint_create(void);
 void fctrace_mountpoint_remove(void);
 void fctrace_schedule_sync(void);
 void fctrace_cancel_sync(void);
+/*
+ * Runs fctrace_optimize_work() in ms milliseconds; with push_back, that many after the
+ * last call (releasing the blockers of optimizable probes once arming is quiet).
+ */
+void fctrace_schedule_optimize(unsigned int ms, bool push_back);
 /* Runs fctrace_reap_work() in ms milliseconds (lazy disarming). */
 void fctrace_schedule_reap(unsigned int ms);
 /* Waits until every probe handler running now has returned. May sleep. */
@@ -59,7 +64,6 @@ unsigned long fctrace_gs_base(void);
 unsigned long fctrace_ret_site_addr(void);
 unsigned long fctrace_kprobe_flag_ftrace(void);
 unsigned long fctrace_kprobe_flag_disabled(void);
-unsigned long fctrace_kprobe_flag_optimized(void);
 /* Gives a registered, disabled kprobe on a `cs call` a correct emulation, enables it. */
 int fctrace_kprobe_fix_long_call(struct kprobe *p);
 
@@ -138,6 +142,7 @@ void fctrace_task_exit(unsigned long task);
 unsigned long fctrace_return_handler(unsigned long sp, unsigned long rax);
 void fctrace_sync_work(void);
 void fctrace_reap_work(void);
+void fctrace_optimize_work(void);
 void fctrace_arm_pending(unsigned long flags);
 void fctrace_arm_pending_entry(unsigned long flags);
 

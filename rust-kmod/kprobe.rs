@@ -7,6 +7,15 @@
 //! called with belongs to a `Probe<D>` before it hands it to `D::pre`. Probes are
 //! registered explicitly and unregistered when dropped, or many at once by a [`Batch`].
 //! Callers need no `unsafe`.
+//!
+//! An [`optimizable`](Probe::optimizable) probe is registered behind a *blocker*: a second
+//! kprobe at the same address, registered first, whose handlers do nothing but whose
+//! post-handler keeps kprobes from optimizing the address (kprobes aggregates the two).
+//! The probe works at once, as a breakpoint; kprobes' optimizer, which holds
+//! `kprobe_mutex` across an RCU-tasks grace period and so stalls every registration
+//! meanwhile, is not woken. Releasing the blockers later ([`Batch::add_blocker`]), all in
+//! one unregistration, makes kprobes optimize every released address in one pass
+//! (unregistering a post-handler makes it try again: `__unregister_kprobe_top()`).
 
 use crate::bindings;
 use core::any::TypeId;
@@ -42,6 +51,11 @@ struct Header {
     /// The probed instruction is a direct call longer than 5 bytes (GCC's `cs call`), which
     /// kprobes would emulate wrongly (see [`Probe::register`]).
     long_call: bool,
+    /// The blocker of an optimizable probe (see the module documentation): registered
+    /// before it, at the same address, while `Probe::blocked` is set.
+    blocker: Opaque<bindings::kprobe>,
+    /// The probe is optimizable and registers a blocker first.
+    deferred: bool,
 }
 
 /// A kprobe with data of type `D` stored beside it.
@@ -56,6 +70,8 @@ struct Header {
 pub(crate) struct Probe<D> {
     hdr: Header,
     registered: AtomicBool,
+    /// The blocker is registered.
+    blocked: AtomicBool,
     /// What the handler needs to know about this probe.
     pub(crate) data: D,
 }
@@ -124,6 +140,15 @@ fn long_call_at(addr: u64) -> bool {
             .is_ok_and(|i| i.len > 5 && matches!(i.flow, crate::decode::Flow::Call(_)))
 }
 
+/// The pre-handler of a blocker: nothing.
+///
+/// # Safety
+///
+/// Called only by kprobes.
+unsafe extern "C" fn noop_pre(_p: *mut bindings::kprobe, _regs: *mut bindings::pt_regs) -> c_int {
+    0
+}
+
 /// A post-handler that does nothing. Its presence keeps kprobes from optimizing the probe
 /// into a jump, which would not let our pre-handler change `regs->ip`. (Probes that need
 /// not change it are made [`Probe::optimizable`].)
@@ -150,8 +175,11 @@ impl<D: Handler> Probe<D> {
                 long_call: !kp.addr.is_null() && long_call_at(kp.addr as u64),
                 kp: Opaque::new(kp),
                 ty: TypeId::of::<D>(),
+                blocker: Opaque::new(bindings::kprobe::default()),
+                deferred: false,
             },
             registered: AtomicBool::new(false),
+            blocked: AtomicBool::new(false),
             data,
         }
     }
@@ -176,12 +204,44 @@ impl<D: Handler> Probe<D> {
     /// The same probe without a post-handler, so that kprobes may optimize it into a jump
     /// to a detour (no trap) where the instructions it covers allow: its pre-handler must
     /// then not change `regs->ip` (kprobes ignores it), only the other registers, which
-    /// the detour restores.
-    pub(crate) fn optimizable(self) -> Self {
+    /// the detour restores. It is registered behind a blocker (see the module
+    /// documentation): a breakpoint until the blocker is released.
+    pub(crate) fn optimizable(mut self) -> Self {
         // SAFETY: the kprobe is ours and not registered yet (we own `self`), so nothing
         // else accesses it.
         unsafe { (*self.hdr.kp.get()).post_handler = None };
+        self.hdr.deferred = true;
         self
+    }
+
+    /// Registers the blocker of an optimizable probe at `addr` (best effort: without it
+    /// the probe is optimized right away).
+    fn register_blocker(&self, addr: *mut u8) {
+        let b = self.hdr.blocker.get();
+        // SAFETY: the blocker is ours and not registered (the probe is not), so nothing
+        // else accesses it; it is pinned with the probe, so it stays at this address
+        // until it is unregistered (`Batch` or `drop`, in place).
+        let r = unsafe {
+            *b = bindings::kprobe {
+                addr: addr.cast(),
+                pre_handler: Some(noop_pre),
+                post_handler: Some(noop_post),
+                ..Default::default()
+            };
+            bindings::register_kprobe(b)
+        };
+        if r == 0 {
+            self.blocked.store(true, Ordering::Release);
+        }
+    }
+
+    /// Unregisters the blocker alone (the probe failed to register).
+    fn drop_blocker(&self) {
+        if self.blocked.swap(false, Ordering::AcqRel) {
+            let mut one = [self.hdr.blocker.get()];
+            // SAFETY: the blocker was registered (its flag was set until the swap).
+            unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
+        }
     }
 
     /// A probe at `addr` (not registered yet).
@@ -228,9 +288,18 @@ impl<D: Handler> Probe<D> {
         if long_call {
             self.set_disabled_flag();
         }
+        // An address given (not a symbol): the blocker goes first.
+        // SAFETY: reading our own kprobe, not registered yet.
+        let addr = unsafe { (*kp).addr };
+        if self.hdr.deferred && !addr.is_null() {
+            self.register_blocker(addr);
+        }
         // SAFETY: `kp` is a valid, initialised kprobe, pinned, so it stays at this address
         // until it is unregistered by a `Batch` or by `drop`, both of which run in place.
-        to_result(unsafe { bindings::register_kprobe(kp) })?;
+        if let Err(e) = to_result(unsafe { bindings::register_kprobe(kp) }) {
+            self.drop_blocker();
+            return Err(e);
+        }
         self.registered.store(true, Ordering::Release);
         if long_call {
             // SAFETY: `kp` is registered (disabled, so not hit yet); the C helper only
@@ -271,13 +340,29 @@ impl<D> Probe<D> {
         u64::from(flags) & unsafe { bindings::fctrace_kprobe_flag_ftrace() } as u64 != 0
     }
 
+    /// Whether the probe's blocker is still registered (it is a breakpoint because of it).
+    pub(crate) fn is_blocked(&self) -> bool {
+        self.blocked.load(Ordering::Acquire)
+    }
+
     /// Whether kprobes has optimized this probe into a jump (it does so in the background,
-    /// some jiffies after registration, where it can).
+    /// some jiffies after registration, where it can). kprobes marks the aggregate probe
+    /// it made, not ours, so the text tells: the jump to the detour (`e9`) in place of the
+    /// breakpoint (an optimizable probe never sits on a jump of its own).
     pub(crate) fn is_optimized(&self) -> bool {
-        // SAFETY: as in `is_ftrace_based`.
-        let flags = unsafe { core::ptr::addr_of!((*self.hdr.kp.get()).flags).read_volatile() };
-        // SAFETY: a C accessor of a constant.
-        u64::from(flags) & unsafe { bindings::fctrace_kprobe_flag_optimized() } as u64 != 0
+        if !self.is_registered() || self.is_ftrace_based() {
+            return false;
+        }
+        let mut b = [0u8; 1];
+        // SAFETY: `copy_from_kernel_nofault` never faults; the destination is a local.
+        let r = unsafe {
+            bindings::copy_from_kernel_nofault(
+                b.as_mut_ptr().cast(),
+                self.addr() as *const kernel::ffi::c_void,
+                1,
+            )
+        };
+        r == 0 && b[0] == 0xe9
     }
 
     fn raw(&self) -> *mut bindings::kprobe {
@@ -300,9 +385,16 @@ pub(crate) fn lookup(name: &CStr) -> (u64, bool) {
 impl<D> Drop for Probe<D> {
     fn drop(&mut self) {
         if self.is_registered() {
-            let mut one = [self.raw()];
-            // SAFETY: the probe is registered (invariant), so unregistering it is valid.
-            unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
+            // The probe first, then its blocker: the address is never left optimizable.
+            let mut two = [self.raw(), self.hdr.blocker.get()];
+            let n = if self.blocked.swap(false, Ordering::AcqRel) {
+                2
+            } else {
+                1
+            };
+            // SAFETY: the probe is registered (invariant), and so is the blocker when its
+            // flag was set; unregistering them is valid.
+            unsafe { bindings::unregister_kprobes(two.as_mut_ptr(), n) };
             self.registered.store(false, Ordering::Release);
         }
     }
@@ -356,7 +448,7 @@ impl<D> ProbeSet<D> {
 /// # Invariants
 ///
 /// Every pointer is a kprobe that was registered when added, listed once, and whose
-/// probe's `registered` flag this batch cleared; the probes outlive the batch (borrowed
+/// probe's `registered` (or, for a blocker, `blocked`) flag this batch cleared; the probes outlive the batch (borrowed
 /// for `'a`, so neither dropped nor registered again meanwhile).
 pub(crate) struct Batch<'a> {
     list: KVVec<*mut bindings::kprobe>,
@@ -372,7 +464,8 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// Adds `p` (if registered). From here on the batch owns the unregistration.
+    /// Adds `p` (if registered), and its blocker after it. From here on the batch owns
+    /// the unregistration.
     pub(crate) fn add<D>(&mut self, p: &'a Probe<D>) {
         if !p.registered.swap(false, Ordering::AcqRel) {
             return;
@@ -382,6 +475,21 @@ impl<'a> Batch<'a> {
             let mut one = [p.raw()];
             // SAFETY: `p` was registered (its flag was set until the swap above, which
             // only this batch won).
+            unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
+        }
+        self.add_blocker(p);
+    }
+
+    /// Adds `p`'s blocker (if registered): once it is gone, kprobes optimizes `p`.
+    pub(crate) fn add_blocker<D>(&mut self, p: &'a Probe<D>) {
+        if !p.blocked.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let b = p.hdr.blocker.get();
+        if self.list.push(b, GFP_KERNEL).is_err() {
+            let mut one = [b];
+            // SAFETY: the blocker was registered (its flag was set until the swap above,
+            // which only this batch won).
             unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
         }
     }

@@ -22,6 +22,9 @@ use kernel::alloc::{KVVec, KVec};
 use kernel::c_str;
 use kernel::prelude::*;
 
+/// The stack pointer's register number.
+const RSP: u8 = 4;
+
 /// The largest function fctrace decodes.
 pub(crate) const MAX_FUNC_SIZE: u64 = 256 * 1024;
 
@@ -88,8 +91,13 @@ pub(crate) struct SiteData {
     /// when it is on the site.
     pub(crate) pre: u64,
     /// For an indirect site with a pre-site: how the instructions from the pre-site to
-    /// the site compute the target, where they can be followed (`crate::emulate`).
+    /// the site compute the target, where they can be followed (`crate::emulate`). For a
+    /// leaf site (`leaf`): how they change the stack pointer.
     pub(crate) prog: Option<emulate::Program>,
+    /// A direct call (or jump) of a function fctrace never follows (`never_probed()`:
+    /// `memcpy()` and the rest of the deny list), watched from its pre-site: the handler
+    /// draws the leaf there, without a step (see `step.rs`).
+    pub(crate) leaf: bool,
 }
 
 /// An armed function: its probes.
@@ -227,6 +235,7 @@ impl Tracer {
         // them, every site is probed where it is.
         let mut steps: KVVec<presite::Insn> = KVVec::new();
         let mut jump_targets: KVVec<u32> = KVVec::new();
+        let mut leaf_callees: KVec<u64> = KVec::new();
         let mut body = fentry;
         // kprobes optimizes no probe in a function with an exception table entry: there a
         // pre-site would stay a breakpoint, and cost the traced task single steps too.
@@ -308,25 +317,49 @@ impl Tracer {
                 }
                 n += 1;
                 if pass == 1 {
-                    // An indirect call or jump is watched from its pre-site where it has
-                    // one. (Not a direct one: the single steps cost the traced task more
-                    // than the breakpoint, and there are many more direct ones.)
-                    let pre = if presites_ok && kind.direct_callee().is_none() {
-                        presite::pre_site(&steps, this, body, |o| {
-                            jump_targets.binary_search(&o).is_ok()
-                        })
-                        .map_or(0, |p| start + u64::from(p))
-                    } else {
-                        0
-                    };
-                    // The target, computed at the pre-site (see `step.rs`).
+                    // A site is watched from its pre-site where it has one: an indirect
+                    // call or jump (whose target the pre-site computes), a direct call of
+                    // a function never followed (a leaf, drawn there), and a direct call
+                    // of a function without an entry hook (`__schedule()`, the user-copy
+                    // routines: the traced task single-steps to it, other tasks take a
+                    // jump instead of a trap). Not a static call (the kernel rewrites its
+                    // target), nor a call of a preemption thunk (`preempt.rs`).
+                    let static_site =
+                        kind.direct_callee().is_some() && inner.static_calls.any_in(addr, addr + 1);
+                    let leaf = !static_site
+                        && match kind {
+                            SiteKind::Call(Target::Direct(c))
+                            | SiteKind::Tail(Target::Direct(c)) => leaf_callees.contains(&c),
+                            _ => false,
+                        };
+                    let direct_ok = !static_site
+                        && kind
+                            .direct_callee()
+                            .is_some_and(|c| !self.preempt.is_thunk(c));
+                    let pre =
+                        if presites_ok && (kind.direct_callee().is_none() || leaf || direct_ok) {
+                            presite::pre_site(&steps, this, body, |o| {
+                                jump_targets.binary_search(&o).is_ok()
+                            })
+                            .map_or(0, |p| start + u64::from(p))
+                        } else {
+                            0
+                        };
+                    // The target, computed at the pre-site (see `step.rs`); for a leaf,
+                    // the stack pointer at the site. A leaf without one keeps its
+                    // breakpoint on the site.
                     let prog = (pre != 0)
                         .then(|| {
-                            let fin = kind.indirect_final(addr + u64::from(insn.len))?;
+                            let fin = if leaf {
+                                emulate::Final::Reg(RSP)
+                            } else {
+                                kind.indirect_final(addr + u64::from(insn.len))?
+                            };
                             let run = code.get((pre - start) as usize..off as usize)?;
                             emulate::compile(run, pre, fin)
                         })
                         .flatten();
+                    let pre = if leaf && prog.is_none() { 0 } else { pre };
                     let data = SiteData {
                         func: start,
                         func_end: end,
@@ -335,6 +368,7 @@ impl Tracer {
                         kind,
                         pre,
                         prog,
+                        leaf: leaf && pre != 0,
                     };
                     let probe = if pre != 0 {
                         Probe::at(pre, data).optimizable()
@@ -351,6 +385,35 @@ impl Tracer {
             if pass == 0 {
                 jump_targets.sort_unstable();
                 self.hook_callees(inner, &callees, sym);
+                // Direct callees never followed: leaves for good (their calls are
+                // drawn at a pre-site where they have one).
+                for &(c, _) in callees.iter() {
+                    if self.hooks.bits(c) & HOOK_ENTRY != 0
+                        || leaf_callees.contains(&c)
+                        || self.preempt.is_thunk(c)
+                    {
+                        continue;
+                    }
+                    let never = match sym.lookup(c) {
+                        Some(info) if info.offset == 0 => {
+                            never_probed(inner, c, info.name.as_bytes())
+                        }
+                        _ => false,
+                    };
+                    if never
+                        && self.table.lookup(c) == FuncState::Unknown
+                        && self
+                            .table
+                            .insert(c, FuncState::Leaf(Reason::Unprobeable))
+                            .is_some()
+                    {
+                        // Without room, the site keeps its breakpoint.
+                        let _ = leaf_callees.push(c, GFP_KERNEL);
+                    } else if never && self.table.lookup(c) == FuncState::Leaf(Reason::Unprobeable)
+                    {
+                        let _ = leaf_callees.push(c, GFP_KERNEL);
+                    }
+                }
                 // Sites whose callee now has an entry hook get no probe (one entry of
                 // `callees` per direct call site).
                 let hooked = callees
@@ -404,6 +467,9 @@ impl Tracer {
         });
         for (callee, tail) in refused.into_iter().flatten() {
             self.add_static_hook(inner, callee, tail, sym);
+        }
+        if func.sites.iter().any(|p| p.is_blocked()) {
+            self.schedule_optimize();
         }
         Ok(func)
     }

@@ -15,6 +15,12 @@
 //! kprobes like every symbol fctrace looks up): entries of three `int`s, `insn` relative
 //! to itself first (Linux 6.12, x86-64). Module functions are never asked about: they
 //! count as having an entry, as does every function when the table cannot be read.
+//!
+//! The static call sites of the image are read the same way (`__start_static_call_sites`
+//! and `__stop_static_call_sites`: entries of two `int`s, the call's address relative to
+//! itself first): `static_call_update()` rewrites those calls at run time, so a call
+//! site fctrace watches from a pre-site must not be one (its target, taken from the code
+//! when the function was armed, may change).
 
 use super::read_kernel;
 use crate::ksym::addr_of;
@@ -27,6 +33,8 @@ use kernel::prelude::*;
 const MAX_ENTRIES: u64 = 1 << 16;
 /// Bytes per entry: `struct exception_table_entry { int insn, fixup, data; }`.
 const ENTRY: u64 = 12;
+/// Bytes per entry: `struct static_call_site { s32 addr, key; }`.
+const STATIC_CALL_ENTRY: u64 = 8;
 
 /// The kernel image's text (`_stext..=_etext`) and the addresses of its instructions
 /// with an exception table entry, sorted; `None` when they could not be read.
@@ -45,14 +53,30 @@ impl Extable {
 
     /// Reads the kernel image's table. Sleeps (symbol look-ups, allocation).
     pub(crate) fn load() -> Self {
+        Self::load_table(
+            addr_of(c_str!("__start___ex_table")),
+            addr_of(c_str!("__stop___ex_table")),
+            ENTRY,
+        )
+    }
+
+    /// Reads the kernel image's static call sites (the same shape: an address relative to
+    /// itself first in each entry). Sleeps.
+    pub(crate) fn load_static_calls() -> Self {
+        Self::load_table(
+            addr_of(c_str!("__start_static_call_sites")),
+            addr_of(c_str!("__stop_static_call_sites")),
+            STATIC_CALL_ENTRY,
+        )
+    }
+
+    fn load_table(start: u64, stop: u64, entry: u64) -> Self {
         let (text, etext) = (addr_of(c_str!("_stext")), addr_of(c_str!("_etext")));
-        let start = addr_of(c_str!("__start___ex_table"));
-        let stop = addr_of(c_str!("__stop___ex_table"));
-        if text == 0 || etext <= text || start == 0 || stop <= start || (stop - start) % ENTRY != 0
+        if text == 0 || etext <= text || start == 0 || stop <= start || (stop - start) % entry != 0
         {
             return Extable(None);
         }
-        let n = (stop - start) / ENTRY;
+        let n = (stop - start) / entry;
         if n > MAX_ENTRIES {
             return Extable(None);
         }
@@ -60,7 +84,7 @@ impl Extable {
             return Extable(None);
         };
         for i in 0..n {
-            let at = start + i * ENTRY;
+            let at = start + i * entry;
             let mut rel = [0u8; 4];
             if !read_kernel(at, &mut rel) {
                 return Extable(None);

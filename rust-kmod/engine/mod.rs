@@ -195,6 +195,9 @@ pub(crate) struct Stats {
     /// Pre-site hits of the traced task whose target the pre-site computed and found
     /// hooked and armed: no single step, the target's entry hook drew the call.
     pub(crate) presite_computed: AtomicU64,
+    /// Optimizable probes held as breakpoints by their blocker (arming is not quiet yet,
+    /// see `kprobe.rs`), when the mutex was last released.
+    pub(crate) probe_blockers: AtomicU64,
 }
 
 /// The settings a user changes with the control files that take effect at once.
@@ -253,6 +256,8 @@ pub(crate) struct TracerInner {
     pub(crate) thunks: Thunks,
     /// The kernel image's exception table, read when tracing first starts.
     pub(crate) extable: extable::Extable,
+    /// The kernel image's static call sites (read like `extable`).
+    pub(crate) static_calls: extable::Extable,
 }
 
 impl TracerInner {
@@ -267,6 +272,7 @@ impl TracerInner {
             static_hooks: KVec::new(),
             thunks: Thunks::new(),
             extable: extable::Extable::unknown(),
+            static_calls: extable::Extable::unknown(),
         }
     }
 
@@ -295,6 +301,9 @@ pub(crate) struct Tracer {
     /// tracing last stopped with none: a task whose bit is clear is not traced. Set by
     /// [`Tracer::mark_traced`] before the thread group goes into `traced`.
     traced_mask: AtomicU64,
+    /// When the oldest blocker not released yet was registered ([`clock_ns`]; 0: none),
+    /// see `Tracer::schedule_optimize`.
+    blockers_since: AtomicU64,
     /// Probes are registered and tracing.
     pub(crate) active: AtomicBool,
     /// Open `trace_pipe` files.
@@ -354,13 +363,21 @@ impl Drop for Guard<'_> {
         self.stats
             .funcs_armed
             .store(funcs.len() as u64, Ordering::Relaxed);
-        let (mut pre, mut optimized) = (0, 0);
+        let (mut pre, mut optimized, mut blocked) = (0, 0, 0);
         for p in funcs.iter().flat_map(|f| f.sites.iter()) {
+            blocked += u64::from(p.is_blocked());
             if p.data.pre != 0 && p.is_registered() {
                 pre += 1;
                 optimized += u64::from(p.is_optimized());
             }
         }
+        blocked += self
+            .guard
+            .static_hooks
+            .iter()
+            .filter(|p| p.is_blocked())
+            .count() as u64;
+        self.stats.probe_blockers.store(blocked, Ordering::Relaxed);
         self.stats.presites.store(pre, Ordering::Relaxed);
         let entry_optimized = self
             .guard
@@ -454,6 +471,7 @@ impl TracerHandle {
                 settings: Settings::new(),
                 traced: [const { AtomicU32::new(0) }; MAX_PIDS],
                 traced_mask: AtomicU64::new(0),
+                blockers_since: AtomicU64::new(0),
                 active: AtomicBool::new(false),
                 readers: AtomicUsize::new(0),
                 generation: AtomicU32::new(1),

@@ -25,6 +25,11 @@ use kernel::prelude::*;
 /// bounds (milliseconds).
 const REAP_PERIOD_MIN_MS: u32 = 1000;
 const REAP_PERIOD_MAX_MS: u32 = 10_000;
+/// Arming is quiet this long before the blockers of optimizable probes are released
+/// (see `kprobe.rs`)...
+const OPTIMIZE_QUIET_MS: u32 = 250;
+/// ... or, while it goes on, this long after the oldest was registered.
+const OPTIMIZE_MAX_DELAY_NS: u64 = 2_000_000_000;
 
 impl Tracer {
     /// Registers the probes for tracing: the start function (armed), its entry probe and
@@ -48,6 +53,9 @@ impl Tracer {
         // Entries of returns put back when tracing last stopped go now.
         self.drop_restored_returns();
         inner.thunks = find_thunks();
+        if !inner.static_calls.is_known() {
+            inner.static_calls = Extable::load_static_calls();
+        }
         if !inner.extable.is_known() {
             inner.extable = Extable::load();
         }
@@ -319,6 +327,51 @@ impl Tracer {
         let period = (after_ms / 4).clamp(REAP_PERIOD_MIN_MS, REAP_PERIOD_MAX_MS);
         // SAFETY: a C wrapper of `schedule_delayed_work()` (a no-op if queued).
         unsafe { bindings::fctrace_schedule_reap(period) };
+    }
+}
+
+impl Tracer {
+    /// Optimizable probes were just registered behind blockers (see `kprobe.rs`): release
+    /// the blockers once arming has been quiet for `OPTIMIZE_QUIET_MS`, or at most
+    /// `OPTIMIZE_MAX_DELAY_NS` after the oldest. kprobes' optimizer then runs once for all
+    /// of them: it holds `kprobe_mutex` across an RCU-tasks grace period, and each of its
+    /// runs during arming would stall every registration (a traced task waiting to go on)
+    /// for as long.
+    pub(crate) fn schedule_optimize(&self) {
+        let now = clock_ns();
+        let since =
+            match self
+                .blockers_since
+                .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => now,
+                Err(s) => s,
+            };
+        let push_back = now.saturating_sub(since) < OPTIMIZE_MAX_DELAY_NS;
+        // SAFETY: a C wrapper of `mod_delayed_work()`/`schedule_delayed_work()`.
+        unsafe { bindings::fctrace_schedule_optimize(OPTIMIZE_QUIET_MS, push_back) };
+    }
+
+    /// Releases every blocker in one unregistration: kprobes optimizes what it can.
+    fn release_blockers(&self) {
+        let inner = self.lock();
+        self.blockers_since.store(0, Ordering::Release);
+        let mut batch = Batch::new();
+        for p in inner.funcs.iter().flat_map(|f| f.sites.iter()) {
+            batch.add_blocker(p);
+        }
+        for p in inner.static_hooks.iter() {
+            batch.add_blocker(p);
+        }
+        drop(batch);
+    }
+}
+
+/// Called from the module's delayed work item: the blockers of optimizable probes go.
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_optimize_work() {
+    if let Some(tr) = tracer() {
+        tr.release_blockers();
     }
 }
 

@@ -187,6 +187,9 @@ impl Tracer {
             return false;
         };
         let registered = b.as_mut().register().is_ok();
+        if b.is_blocked() {
+            self.schedule_optimize();
+        }
         if registered {
             let n = match kind {
                 EntryKind::StaticCall => &self.stats.static_hooks,

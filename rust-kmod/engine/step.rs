@@ -41,6 +41,11 @@
 //! a pointer gets one), the handler only leaves an [`Expect`] in the task's data and
 //! the task runs on; the target's entry hook draws the call from it (`entry.rs`), as it
 //! draws a direct call. Only a target not armed yet, or not computed, costs steps.
+//!
+//! A direct call of a function fctrace never follows (`memcpy()` and the rest of the
+//! deny list: shown as a leaf `not followed: unprobeable`) gets a pre-site too where it
+//! has one: its handler draws the leaf at once, with the stack pointer the call will
+//! have (computed the same way), and no step.
 
 use super::arming::{SiteData, SiteKind};
 use super::handlers::reg;
@@ -145,9 +150,25 @@ impl Tracer {
         if d.wait.guard || !d.stack.top().is_some_and(|t| t.func == site.func) {
             return 0;
         }
+        d.expect = None;
+        // A call of a function never followed: its leaf is drawn now, with the stack
+        // pointer the call will have (nothing in the run branches: the call follows).
+        if site.leaf {
+            let target = site.kind.direct_callee().unwrap_or(0);
+            if let (Some(sp), FuncState::Leaf(_)) = (
+                site.prog.and_then(|p| p.target(&PreSiteRegs(regs))),
+                self.table.lookup(target),
+            ) {
+                let mut at_site = *regs;
+                at_site.sp = sp as _;
+                at_site.ip = site.addr as _;
+                // (`d` is not used after this: the call-site handler takes the tree.)
+                self.on_site(site, &mut at_site, via);
+                return 0;
+            }
+        }
         // The target, computed before the run executes: an armed function whose entry hook
         // is in place draws the call itself.
-        d.expect = None;
         if let Some(t) = site.prog.and_then(|p| p.target(&PreSiteRegs(regs))) {
             let tail = !matches!(site.kind, SiteKind::Call(_));
             // An indirect jump inside the function: a jump table.

@@ -9,8 +9,9 @@
 #
 # Throughput, after a warm-up run, $REPS times: a busy process B reads /proc/version in
 # a loop, traced from vfs_read by the mode's tracer (fctrace: set_pid; ftrace:
-# set_ftrace_pid + set_graph_function). While it runs, untraced processes do, one after
-# the other:
+# set_ftrace_pid + set_graph_function). Once fctrace's arming has settled (nothing armed
+# ahead pending, the armed set unchanged for a second, kprobes' optimizer released:
+# see `settle`), untraced processes do, one after the other:
 #   same:     $N_OTHER of the same reads (the code B runs: the worst case for fctrace,
 #             whose breakpoints sit in exactly that code);
 #   pingpong: $N_PP round trips of a pipe ping-pong between two processes (other code,
@@ -106,12 +107,37 @@ trace_pid() { # mode pid
 
 kv() { sed -n "s/^$1 //p" "$2"; }
 
+# settle MODE: for fctrace, wait (up to 30 s) until arming has settled: no arming ahead
+# pending, no probe held back from kprobes' optimizer (probe_blockers), and the number of
+# probe registrations unchanged for a second. The measured runs are then the steady
+# state of a long trace, not its first second (the traced process B runs meanwhile).
+settle() {
+    case $1 in
+    fctrace*) ;;
+    *) return 0 ;;
+    esac
+    _i=0
+    _last=
+    while [ $_i -lt 30 ]; do
+        _now=$(grep -E '^(atomic_arming_pending|probe_blockers|probe_registrations):' $F/stats | tr '\n' ' ')
+        case $_now in
+        *"atomic_arming_pending: 0 "*"probe_blockers: 0 "*|*"probe_blockers: 0 "*"atomic_arming_pending: 0 "*)
+            [ "$_now" = "$_last" ] && return 0 ;;
+        esac
+        _last=$_now
+        sleep 1
+        _i=$((_i + 1))
+    done
+    echo "BENCH: arming did not settle in 30 s: $_now" >&2
+}
+
 run() { # mode rep [quiet]
     rm -f $FCT_GATE
     fct_bench 0 > /tmp/b.out &
     B=$!
     trace_pid "$1" $B
     touch $FCT_GATE
+    settle "$1"
     FCT_NOGATE=1 fct_bench $N_OTHER > /tmp/o.out
     fct_pingpong $N_PP > /tmp/p.out
     FCT_NOGATE=1 FCT_BENCH_OP=stat fct_bench $N_STAT /tmp/stat.file > /tmp/s.out
