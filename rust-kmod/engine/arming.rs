@@ -319,11 +319,13 @@ impl Tracer {
                 if pass == 1 {
                     // A site is watched from its pre-site where it has one: an indirect
                     // call or jump (whose target the pre-site computes), a direct call of
-                    // a function never followed (a leaf, drawn there), and a direct call
-                    // of a function without an entry hook (`__schedule()`, the user-copy
-                    // routines: the traced task single-steps to it, other tasks take a
-                    // jump instead of a trap). Not a static call (the kernel rewrites its
-                    // target), nor a call of a preemption thunk (`preempt.rs`).
+                    // a function never followed (a leaf, drawn there), and a call of
+                    // `__schedule()`, which has no entry hook (the traced task
+                    // single-steps to it; every other task's context switch takes a jump
+                    // instead of a trap). Other direct calls of functions without an
+                    // entry hook keep a breakpoint: the traced task would pay single
+                    // steps instead of one trap (`_copy_to_iter()` on every read). Not a
+                    // static call (the kernel rewrites its target).
                     let static_site =
                         kind.direct_callee().is_some() && inner.static_calls.any_in(addr, addr + 1);
                     let leaf = !static_site
@@ -335,7 +337,7 @@ impl Tracer {
                     let direct_ok = !static_site
                         && kind
                             .direct_callee()
-                            .is_some_and(|c| !self.preempt.is_thunk(c));
+                            .is_some_and(|c| self.preempt.is_schedule(c));
                     let pre =
                         if presites_ok && (kind.direct_callee().is_none() || leaf || direct_ok) {
                             presite::pre_site(&steps, this, body, |o| {

@@ -52,6 +52,11 @@ impl Preempt {
     }
 
     /// Whether `f` is a preemption thunk whose frame the scheduler's hooks fill.
+    /// Whether `f` is `__schedule()` (known only while the hooks are in place).
+    pub(crate) fn is_schedule(&self, f: u64) -> bool {
+        f != 0 && self.sched.load(Ordering::Relaxed) == f
+    }
+
     pub(crate) fn is_thunk(&self, f: u64) -> bool {
         f != 0
             && self.sched.load(Ordering::Relaxed) != 0
