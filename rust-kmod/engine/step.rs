@@ -22,8 +22,8 @@
 //! `fctrace_trampoline` sets the trap flag again as it returns (`resume_after_wait`), so
 //! that the handler sees the call once more, now with its target armed.
 //!
-//! Until kprobes has optimized the probe (some jiffies after registration, in the
-//! background; never in a function with a user access, whose exception table kprobes
+//! Until kprobes has optimized the probe (in the background, once its blocker is gone:
+//! see `kprobe.rs`; never in a function with a user access, whose exception table kprobes
 //! will not jump over), it is a breakpoint: the handler runs in the trap, kprobes
 //! single-steps the first instruction out of line and resumes after it, and the trap flag
 //! set by the handler does the rest (which is why a run has at least two instructions:
