@@ -14,13 +14,10 @@
 mod common;
 
 use fctrace_decode::emulate::{compile, Addr, Final, Machine, Reg};
-use fctrace_decode::presite::{pre_site, steppable, Insn as Step};
-use fctrace_decode::{scan, Flow, Insn};
-use iced_x86::{
-    Decoder, DecoderOptions, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind,
-    Register,
-};
-use std::collections::{HashMap, HashSet};
+use fctrace_decode::presite::pre_site;
+use fctrace_decode::Flow;
+use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
+use std::collections::HashMap;
 use std::path::Path;
 
 const GS_BASE: u64 = 0xffff_8880_1f00_0000;
@@ -289,16 +286,6 @@ fn programs_on_every_vmlinux() {
     }
 }
 
-fn iced_at(bytes: &[u8], addr: u64, off: u32) -> Instruction {
-    let mut d = Decoder::with_ip(
-        64,
-        &bytes[off as usize..],
-        addr + u64::from(off),
-        DecoderOptions::NONE,
-    );
-    d.decode()
-}
-
 fn check(path: &Path) {
     let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let elf = object::File::parse(&*data).expect("parse vmlinux ELF");
@@ -332,27 +319,14 @@ fn check(path: &Path) {
         seed
     };
     for f in &cf.funcs {
-        let mut insns: Vec<(u32, Insn)> = Vec::new();
-        if scan(f.bytes, f.addr, |o, i| insns.push((o, *i))).is_err() {
+        let Some(common::PreSiteView {
+            insns,
+            targets,
+            steps,
+        }) = common::presite_view(f)
+        else {
             continue;
-        }
-        let end = f.addr + f.bytes.len() as u64;
-        let inside = |t: u64| t >= f.addr && t < end;
-        let targets: HashSet<u32> = insns
-            .iter()
-            .filter_map(|(_, i)| match i.flow {
-                Flow::Jmp(t) | Flow::Jcc(t, _) if inside(t) => Some((t - f.addr) as u32),
-                _ => None,
-            })
-            .collect();
-        let steps: Vec<Step> = insns
-            .iter()
-            .map(|&(off, i)| Step {
-                off,
-                len: i.len,
-                steppable: steppable(&f.bytes[off as usize..]),
-            })
-            .collect();
+        };
         for (k, &(off, i)) in insns.iter().enumerate() {
             let next_ip = f.addr + u64::from(off) + u64::from(i.len);
             let fin = match i.flow {
@@ -376,7 +350,7 @@ fn check(path: &Path) {
             let mut iced_run = Vec::new();
             let mut at = p;
             while at < off {
-                let ins = iced_at(f.bytes, f.addr, at);
+                let ins = common::iced_at(f.bytes, f.addr, at);
                 at += ins.len() as u32;
                 iced_run.push(ins);
             }
@@ -389,9 +363,9 @@ fn check(path: &Path) {
                     } else {
                         vec![0x41, 0xff, 0xd0 + (r - 8)]
                     };
-                    iced_at(&bytes, 0, 0)
+                    common::iced_at(&bytes, 0, 0)
                 }
-                Final::Mem(_) => iced_at(f.bytes, f.addr, off),
+                Final::Mem(_) => common::iced_at(f.bytes, f.addr, off),
             };
             let prog = compile(run, run_ip, fin);
             let Some(prog) = prog else {

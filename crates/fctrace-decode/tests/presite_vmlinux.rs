@@ -13,10 +13,10 @@
 
 mod common;
 
-use fctrace_decode::presite::{pre_site, steppable, Insn as Step, JUMP_LEN, MIN_INSNS};
-use fctrace_decode::{scan, Flow, Insn};
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind};
-use std::collections::{BTreeMap, HashSet};
+use fctrace_decode::presite::{pre_site, JUMP_LEN, MIN_INSNS};
+use fctrace_decode::{Flow, Insn};
+use iced_x86::{FlowControl, Instruction, Mnemonic, OpKind};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 #[test]
@@ -105,33 +105,22 @@ fn check(path: &Path) {
     .collect();
     let via_thunk = |t: u64| thunk_arrays.iter().any(|&a| t >= a && t < a + 16 * 64);
     for f in &cf.funcs {
-        let mut insns: Vec<(u32, Insn)> = Vec::new();
-        if scan(f.bytes, f.addr, |o, i| insns.push((o, *i))).is_err() {
+        let Some(common::PreSiteView {
+            insns,
+            targets,
+            steps,
+        }) = common::presite_view(f)
+        else {
             continue;
-        }
+        };
         let end = f.addr + f.bytes.len() as u64;
         let inside = |t: u64| t >= f.addr && t < end;
-        let targets: HashSet<u32> = insns
-            .iter()
-            .filter_map(|(_, i)| match i.flow {
-                Flow::Jmp(t) | Flow::Jcc(t, _) if inside(t) => Some((t - f.addr) as u32),
-                _ => None,
-            })
-            .collect();
-        let steps: Vec<Step> = insns
-            .iter()
-            .map(|&(off, i)| Step {
-                off,
-                len: i.len,
-                steppable: steppable(&f.bytes[off as usize..]),
-            })
-            .collect();
         // steppable() against iced, on every instruction.
         for s in &steps {
             if !s.steppable {
                 continue;
             }
-            let ins = iced_at(f.bytes, f.addr, s.off);
+            let ins = common::iced_at(f.bytes, f.addr, s.off);
             if let Some(why) = not_steppable(&ins) {
                 failures.push(format!(
                     "{}+{:#x}: `{ins}` is steppable, but iced says {why}",
@@ -164,7 +153,7 @@ fn check(path: &Path) {
             let mut at = p;
             let mut n = 0;
             while at < off {
-                let ins = iced_at(f.bytes, f.addr, at);
+                let ins = common::iced_at(f.bytes, f.addr, at);
                 if let Some(why) = not_steppable(&ins) {
                     failures.push(format!("{}+{at:#x}: `{ins}` in a run: {why}", f.name));
                 }
@@ -202,14 +191,4 @@ fn check(path: &Path) {
         pre * 2 > n,
         "only {pre} of {n} indirect calls have a pre-site"
     );
-}
-
-fn iced_at(bytes: &[u8], addr: u64, off: u32) -> Instruction {
-    let mut d = Decoder::with_ip(
-        64,
-        &bytes[off as usize..],
-        addr + u64::from(off),
-        DecoderOptions::NONE,
-    );
-    d.decode()
 }

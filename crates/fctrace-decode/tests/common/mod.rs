@@ -330,3 +330,53 @@ pub fn code_functions<'a>(elf: &object::File<'a>, path: &Path) -> CodeFuncs<'a> 
         by_name,
     }
 }
+
+/// A function of a vmlinux as the pre-site tests see it ([`presite_view`]).
+pub struct PreSiteView {
+    /// Its instructions (offset, decoded), in order.
+    pub insns: Vec<(u32, Insn)>,
+    /// The offsets its own jumps land on.
+    pub targets: HashSet<u32>,
+    /// Its instructions as [`fctrace_decode::presite::pre_site`] takes them.
+    pub steps: Vec<fctrace_decode::presite::Insn>,
+}
+
+/// Decodes `f` for the pre-site tests; `None` if it does not decode.
+pub fn presite_view(f: &Func) -> Option<PreSiteView> {
+    let mut insns: Vec<(u32, Insn)> = Vec::new();
+    if fctrace_decode::scan(f.bytes, f.addr, |o, i| insns.push((o, *i))).is_err() {
+        return None;
+    }
+    let end = f.addr + f.bytes.len() as u64;
+    let targets: HashSet<u32> = insns
+        .iter()
+        .filter_map(|(_, i)| match i.flow {
+            Flow::Jmp(t) | Flow::Jcc(t, _) if t >= f.addr && t < end => Some((t - f.addr) as u32),
+            _ => None,
+        })
+        .collect();
+    let steps = insns
+        .iter()
+        .map(|&(off, i)| fctrace_decode::presite::Insn {
+            off,
+            len: i.len,
+            steppable: fctrace_decode::presite::steppable(&f.bytes[off as usize..]),
+        })
+        .collect();
+    Some(PreSiteView {
+        insns,
+        targets,
+        steps,
+    })
+}
+
+/// iced-x86's decoding of the instruction at offset `off` of `bytes` (at `addr`).
+pub fn iced_at(bytes: &[u8], addr: u64, off: u32) -> Instruction {
+    let mut d = Decoder::with_ip(
+        64,
+        &bytes[off as usize..],
+        addr + u64::from(off),
+        DecoderOptions::NONE,
+    );
+    d.decode()
+}
