@@ -142,9 +142,13 @@ impl Tracer {
         if d.wait.guard || d.stack.depth() == 0 {
             return 0;
         }
-        // An indirect call a pre-site computed (`step.rs`): this entry is that call, or the
-        // expectation is stale (the jump was not taken).
-        let expect = d.expect.take().filter(|x| x.target == e.func);
+        // An indirect call a pre-site computed (`step.rs`): this entry may be that call. It
+        // is taken only when it is (its target, and its return address or tail frame): the
+        // task may enter other hooked functions before it makes the call, when it is
+        // preempted between the pre-site and the call (the scheduler's functions, entered
+        // with the task current and its frames unchanged). Left over, it is harmless: only
+        // a call returning to that site can take it, and the pre-site replaces it.
+        let expect = d.expect.filter(|x| x.target == e.func);
         let func = e.func;
         // At the entry, the stack pointer points to the return address.
         let entry_sp = regs.sp as u64;
@@ -197,6 +201,7 @@ impl Tracer {
                 if !self.table.contains(top.func, x.site) {
                     return 0;
                 }
+                d.expect = None;
                 indirect = true;
                 (x.site, false, sp)
             } else if self.table.contains(top.func, call_site) {
@@ -219,6 +224,7 @@ impl Tracer {
             // An indirect jump its pre-site computed: from that site.
             match expect.filter(|x| x.tail && self.table.contains(top.func, x.site)) {
                 Some(x) => {
+                    d.expect = None;
                     indirect = true;
                     (x.site, true, entry_sp)
                 }
