@@ -439,6 +439,16 @@ unsigned long fctrace_stack_key(unsigned long addr)
 	return 0;
 }
 
+unsigned long fctrace_stack_word(unsigned long addr, unsigned long *val)
+{
+	unsigned long key = addr & 7 ? 0 : fctrace_stack_key(addr);
+
+	/* An aligned word below the top of a stack lies wholly in it. */
+	if (key)
+		*val = READ_ONCE(*(unsigned long *)addr);
+	return key;
+}
+
 int fctrace_return_ctx(bool irqs)
 {
 	unsigned int pc = preempt_count();

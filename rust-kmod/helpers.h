@@ -103,6 +103,11 @@ unsigned long fctrace_return_addr(void);
  * other (exception stacks) or none.
  */
 unsigned long fctrace_stack_key(unsigned long addr);
+/*
+ * The word at addr if it is an aligned word of one of those stacks (*val, and the key
+ * returned), read without the no-fault path (those stacks are mapped); else 0.
+ */
+unsigned long fctrace_stack_word(unsigned long addr, unsigned long *val);
 /* The context fctrace_return runs in: FCTRACE_CTX_* (interrupts only when irqs). */
 int fctrace_return_ctx(bool irqs);
 bool fctrace_current_exiting(void);

@@ -32,7 +32,7 @@
 use super::handlers::Callee;
 use super::returns::{return_site, stack_key};
 use super::table::HOOK_TAIL;
-use super::{read_kernel, read_word, tracer, Tracer, MAX_FRAMES};
+use super::{read_text, stack_word, tracer, Tracer, MAX_FRAMES};
 use crate::bindings;
 use crate::parse::OptionName;
 use crate::record::{Reason, F_INDIRECT, F_TAIL};
@@ -45,7 +45,7 @@ use kernel::ffi::c_int;
 /// hooked function, and a breakpoint at an indirect call leaves no rel32 into `target`.
 fn is_call_to(site: u64, target: core::ops::RangeInclusive<u64>) -> bool {
     let mut b = [0u8; 5];
-    if !read_kernel(site, &mut b) || !matches!(b[0], 0xe8 | 0xcc) {
+    if !read_text(site, &mut b) || !matches!(b[0], 0xe8 | 0xcc) {
         return false;
     }
     let rel = i32::from_le_bytes([b[1], b[2], b[3], b[4]]);
@@ -152,7 +152,7 @@ impl Tracer {
         let func = e.func;
         // At the entry, the stack pointer points to the return address.
         let entry_sp = regs.sp as u64;
-        let Some(word) = read_word(entry_sp) else {
+        let (Some(word), _) = stack_word(entry_sp) else {
             return 0;
         };
         let rec = self.recorder(&cur);

@@ -117,6 +117,39 @@ fn this_cpu() -> u32 {
     unsafe { bindings::fctrace_cpu() }
 }
 
+/// A word of the current context's own stack (see `fctrace_stack_word()`), read directly;
+/// any other address through the no-fault path. With the stack's key (0: not one).
+fn stack_word(addr: u64) -> (Option<u64>, u64) {
+    let mut v: kernel::ffi::c_ulong = 0;
+    // SAFETY: a C helper that reads `addr` only where it is a word of a mapped stack, and
+    // writes `v`, a local.
+    let key = unsafe { bindings::fctrace_stack_word(addr as _, &mut v) } as u64;
+    if key != 0 {
+        (Some(v as u64), key)
+    } else {
+        (read_word(addr), 0)
+    }
+}
+
+/// The kernel image's text, `_stext.._etext` (0, 0 until the tracer is set up): always
+/// mapped, read without the no-fault path.
+static KERNEL_TEXT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Reads code at `addr`: directly in the kernel image's text, else without faulting.
+fn read_text(addr: u64, buf: &mut [u8]) -> bool {
+    let (text, etext) = (
+        KERNEL_TEXT[0].load(Ordering::Relaxed),
+        KERNEL_TEXT[1].load(Ordering::Relaxed),
+    );
+    if addr >= text && addr.saturating_add(buf.len() as u64) <= etext {
+        // SAFETY: the kernel image's text is mapped and readable for as long as the
+        // kernel runs; `buf` is a distinct, writable buffer of that length.
+        unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) };
+        return true;
+    }
+    read_kernel(addr, buf)
+}
+
 /// Reads a kernel word that may not be mapped, without faulting.
 fn read_word(addr: u64) -> Option<u64> {
     let mut v = [0u8; 8];
@@ -458,6 +491,14 @@ pub(crate) struct TracerHandle(Pin<KBox<Tracer>>);
 
 impl TracerHandle {
     pub(crate) fn new() -> Result<Self> {
+        let (text, etext) = (
+            crate::ksym::addr_of(kernel::c_str!("_stext")),
+            crate::ksym::addr_of(kernel::c_str!("_etext")),
+        );
+        if text != 0 && etext > text {
+            KERNEL_TEXT[0].store(text, Ordering::Relaxed);
+            KERNEL_TEXT[1].store(etext, Ordering::Relaxed);
+        }
         let table = table::FuncTable::new()?;
         let hooks = table::HookTable::new()?;
         let trees = tree::Trees::new()?;

@@ -76,6 +76,14 @@ impl RetSlot {
     }
 }
 
+/// What [`Returns::push_new`] did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pushed {
+    Yes,
+    Already,
+    Full,
+}
+
 /// Every return stack.
 pub(crate) struct Returns {
     slots: KVVec<RetSlot>,
@@ -111,7 +119,10 @@ impl Returns {
             return None;
         }
         let mut f = Some(f);
-        for s in self.slots.iter() {
+        // From the key's home slot on, where it is usually found at once (see `push`).
+        let home = self.home(key);
+        let (low, high) = self.slots.split_at(home);
+        for s in Iterator::chain(high.iter(), low) {
             if s.key.load(Ordering::Acquire) != key {
                 continue;
             }
@@ -133,11 +144,34 @@ impl Returns {
     /// Records that the word at `retp` of the stack `key` (holding `orig`) is replaced.
     /// Called on that stack; false when there is no room (the word is then left alone).
     fn push(&self, key: u64, retp: u64, orig: u64) -> bool {
-        if let Some(ok) = self.with_key(key, |_, r| r.push(retp, orig)) {
-            return ok;
+        self.push_new(key, retp, orig) != Pushed::Full
+    }
+
+    /// The slot where the search for `key` starts: a hash of it.
+    fn home(&self, key: u64) -> usize {
+        // Keys are `task_struct` addresses (or stack tops): drop the always-zero bits.
+        ((key >> 6).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize % self.slots.len().max(1)
+    }
+
+    /// As [`Returns::push`], in one look-up, unless the word at `retp` is replaced already
+    /// (`Pushed::Already`, nothing changed).
+    fn push_new(&self, key: u64, retp: u64, orig: u64) -> Pushed {
+        let found = self.with_key(key, |_, r| {
+            if r.find(retp).is_some() {
+                Pushed::Already
+            } else if r.push(retp, orig) {
+                Pushed::Yes
+            } else {
+                Pushed::Full
+            }
+        });
+        if let Some(p) = found {
+            return p;
         }
         // Only this stack's own code claims a slot for it, so it cannot be claimed twice.
-        for s in self.slots.iter() {
+        let home = self.home(key);
+        let (low, high) = self.slots.split_at(home);
+        for s in Iterator::chain(high.iter(), low) {
             if s.key.load(Ordering::Relaxed) != 0 {
                 continue;
             }
@@ -150,10 +184,10 @@ impl Returns {
                 r.push(retp, orig)
             });
             if claimed {
-                return true;
+                return Pushed::Yes;
             }
         }
-        false
+        Pushed::Full
     }
 
     /// A `ret` through the word at `retp` of stack `key`: its real return address.
@@ -233,25 +267,25 @@ impl Tracer {
     /// stack. Returns whether the return is hooked (now or before).
     pub(crate) fn hook_return(&self, retp: u64) -> bool {
         let frs = return_site();
-        let Some(orig) = super::read_word(retp) else {
+        let (Some(orig), key) = super::stack_word(retp) else {
             return false;
         };
         if orig == frs {
             return true;
         }
-        let key = stack_key(retp);
         if key == 0 || !self.may_hook() {
             return false;
         }
         // Hooked already, and another tracer's return hook (function_graph's, entered
         // before us at this tail-called function) replaced our address in turn: hooking
         // the word again would send that hook's saved copy of our address to us twice.
-        if self.returns.saved(key, retp).is_some() {
-            return true;
-        }
-        if !self.returns.push(key, retp, orig) {
-            self.stats.returns_unhooked.fetch_add(1, Ordering::Relaxed);
-            return false;
+        match self.returns.push_new(key, retp, orig) {
+            Pushed::Yes => {}
+            Pushed::Already => return true,
+            Pushed::Full => {
+                self.stats.returns_unhooked.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
         }
         // SAFETY: `retp` is a word of the current context's own stack (its key says so),
         // the return address of the function being entered, which nothing else writes.

@@ -157,6 +157,12 @@ fn qemu(
         &["-serial", "stdio", "-monitor", "none"]
     };
     args.extend(serial.iter().map(Into::into));
+    // More QEMU options for experiments, e.g. FCTRACE_QEMU_ARGS="-icount shift=0": with a
+    // clock that counts instructions, the guest's timings no longer vary with the host's
+    // load (profiling the handlers; not for the tests, whose timeouts are real time).
+    if let Ok(extra) = std::env::var("FCTRACE_QEMU_ARGS") {
+        args.extend(extra.split_whitespace().map(OsString::from));
+    }
     duct::cmd(QEMU, args).before_spawn(echo)
 }
 
