@@ -160,7 +160,7 @@ pub fn write_record(
     let tail = "tail call";
     let indirect = "indirect";
     let retval;
-    let closing = ret.or(if kind == Some(Kind::Ret) {
+    let closing = ret.or(if matches!(kind, Some(Kind::Ret | Kind::Whole)) {
         Some(r)
     } else {
         None
@@ -200,7 +200,7 @@ pub fn write_record(
     match kind {
         Some(Kind::Call) if ret.is_some() => write!(w, "{}();", name)?,
         Some(Kind::Call) => write!(w, "{}() {{", name)?,
-        Some(Kind::Leaf) => write!(w, "{}();", name)?,
+        Some(Kind::Leaf | Kind::Whole) => write!(w, "{}();", name)?,
         Some(Kind::Ret) => {
             w.write_str("}")?;
             if n > 0 {
@@ -212,7 +212,7 @@ pub fn write_record(
     }
     write_comment(w, head, notes.get(..n).unwrap_or(&[]))?;
     w.write_char('\n')?;
-    let closes = kind == Some(Kind::Ret) || kind == Some(Kind::Leaf) || ret.is_some();
+    let closes = kind != Some(Kind::Call) || ret.is_some();
     if let Some(what) = irq.filter(|_| closes) {
         write_irq_marker(w, r, what, false)?;
     }
@@ -279,11 +279,17 @@ mod tests {
         leaf.reason = Reason::Atomic as u8;
         leaf.flags = F_INDIRECT;
         write_record(&mut s, &leaf, "_raw_spin_lock", None, ALL).unwrap();
+        let mut whole = rec(Kind::Whole, 1);
+        whole.flags = F_TAIL | F_DURATION | F_RETVAL;
+        whole.dur = 1_250;
+        whole.retval = (-2i64) as u64;
+        write_record(&mut s, &whole, "lookup_fast", None, ALL).unwrap();
         let expected = concat!(
             " 1)             cat-83 |                 |  vfs_read() {\n",
             " 1)             cat-83 | +     12.345 us  |  } /* vfs_read ret=0x1d */\n",
             " 1)             cat-83 |        0.870 us  |    rw_verify_area();\n",
             " 1)             cat-83 |                 |    _raw_spin_lock(); /* indirect, not followed: atomic */\n",
+            " 1)             cat-83 |        1.250 us  |    lookup_fast(); /* tail call, ret=-2 */\n",
         );
         assert_eq!(s, expected);
     }

@@ -16,6 +16,9 @@ pub enum Kind {
     Ret = 2,
     /// A call shown as a leaf that fctrace did not follow; `reason` says why.
     Leaf = 3,
+    /// A followed call that returned before anything was recorded inside it: its call and
+    /// its return in one record (`func();`, with the return's duration and value).
+    Whole = 4,
 }
 
 impl Kind {
@@ -25,6 +28,7 @@ impl Kind {
             1 => Some(Kind::Call),
             2 => Some(Kind::Ret),
             3 => Some(Kind::Leaf),
+            4 => Some(Kind::Whole),
             _ => None,
         }
     }

@@ -16,6 +16,13 @@
 //! probes hit below the call site's stack pointer (below the jump's plus 8 for a tail call)
 //! are ignored until the first hit at or above it.
 //!
+//! A frame's call record is written late: when the first record inside it is (its
+//! callees', ancestors first), or, if it returns before any, not at all: its return is then
+//! written as one [`Kind::Whole`] record, `func();` with the duration and value. Most calls
+//! of a trace are such leaves, and each record costs the traced task a ring-buffer write,
+//! as much as the rest of a hook: this halves the writes of the leaves. A frame whose call
+//! is not written yet is *pending*; the pending frames are always the innermost ones.
+//!
 //! The owner plugs in the ring buffer, the clock, the function table and the statistics
 //! through [`Sink`]. Nothing here allocates or panics.
 
@@ -37,8 +44,12 @@ pub struct Frame {
     pub entry: u32,
     /// The stack pointer at the function's entry.
     pub entry_sp: u64,
-    /// When it was called (the time stamp of its call record).
+    /// When it was called.
     pub ts: u64,
+    /// The call site (or jump) and the record flags of its call (`F_TAIL`, `F_INDIRECT`),
+    /// for its call record.
+    pub site: u64,
+    pub flags: u8,
     /// The frame ended in a tail call that was not followed (or is a preemption thunk's,
     /// whose return is not probed): it returns unseen, so its close is expected, not a
     /// missed return.
@@ -52,6 +63,8 @@ impl Frame {
         entry: NO_ENTRY,
         entry_sp: 0,
         ts: 0,
+        site: 0,
+        flags: 0,
         ends_in_leaf: false,
     };
 }
@@ -77,6 +90,9 @@ pub trait Sink {
 /// The frames of one call tree, innermost last, and its suppression.
 pub struct ShadowStack {
     depth: usize,
+    /// The frames whose call record is written: `frames[..written]`; the others are
+    /// pending (see the module documentation).
+    written: usize,
     frames: [Frame; MAX_FRAMES],
     /// While not 0, probes hit at a stack pointer below this are inside a call that is not
     /// followed, and are ignored.
@@ -99,6 +115,7 @@ impl ShadowStack {
     /// An empty stack, suppressing nothing.
     pub const EMPTY: ShadowStack = ShadowStack {
         depth: 0,
+        written: 0,
         frames: [Frame::EMPTY; MAX_FRAMES],
         suppress_below: 0,
     };
@@ -108,6 +125,7 @@ impl ShadowStack {
     /// table was cleared).
     pub fn reset(&mut self) {
         self.depth = 0;
+        self.written = 0;
         self.suppress_below = 0;
     }
 
@@ -184,14 +202,32 @@ impl ShadowStack {
         sp: u64,
         tail: bool,
     ) {
+        self.flush(sink);
         let mut r = record(Kind::Leaf, self.depth, reason, flags, func, site);
         sink.emit(&mut r);
         sink.count(reason);
         self.suppress(sp, tail);
     }
 
-    /// Records a call of `func` from `site` and opens its frame (entered at `entry_sp`) at
-    /// the current depth. A `thunk` frame (a preemption thunk) has no return probe: it is
+    /// Writes the call records of the pending frames, outermost first.
+    pub fn flush<S: Sink + ?Sized>(&mut self, sink: &S) {
+        self.flush_to(sink, self.depth);
+    }
+
+    /// Writes the call records of the pending frames below depth `upto`.
+    fn flush_to<S: Sink + ?Sized>(&mut self, sink: &S, upto: usize) {
+        while self.written < upto.min(self.depth) {
+            let i = self.written;
+            let Some(f) = self.frames.get(i) else { return };
+            let mut r = record(Kind::Call, i, Reason::None, f.flags, f.func, f.site);
+            sink.emit(&mut r);
+            self.written = i + 1;
+        }
+    }
+
+    /// Opens the frame of a call of `func` from `site` (entered at `entry_sp`) at the
+    /// current depth; its call record is written later (see the module documentation). A
+    /// `thunk` frame (a preemption thunk) has no return probe: it is
     /// expected to close unseen, and is not counted as a frame of an armed function (no
     /// [`Sink::enter`]). Returns false, recording nothing, when the stack is full (callers
     /// check their depth limits first).
@@ -208,14 +244,15 @@ impl ShadowStack {
         let Some(slot) = self.frames.get_mut(depth) else {
             return false;
         };
-        let mut r = record(Kind::Call, depth, Reason::None, flags, func, site);
-        sink.emit(&mut r);
+        let ts = sink.now();
         let entry = if thunk { NO_ENTRY } else { sink.enter(func) };
         *slot = Frame {
             func,
             entry,
             entry_sp,
-            ts: r.ts,
+            ts,
+            site,
+            flags,
             ends_in_leaf: thunk,
         };
         self.depth = depth.saturating_add(1);
@@ -235,7 +272,9 @@ impl ShadowStack {
 
     /// Closes frames from the top while `pred` accepts them: each leaves the function
     /// table, and its return record, `rec(frame, its depth)`, is written, with its reason
-    /// counted unless it is [`Reason::None`].
+    /// counted unless it is [`Reason::None`]. A pending frame that returns as expected is
+    /// written as one [`Kind::Whole`] record; one that did not (a return not seen) gets its
+    /// call record first.
     fn close_while<S: Sink + ?Sized>(
         &mut self,
         sink: &S,
@@ -244,7 +283,20 @@ impl ShadowStack {
     ) {
         while let Some(f) = self.pop_if(&pred) {
             sink.leave(f.entry);
-            let mut r = rec(&f, self.depth);
+            let depth = self.depth;
+            let mut r = rec(&f, depth);
+            if self.written <= depth {
+                self.flush_to(sink, depth);
+                if r.reason == Reason::None as u8 {
+                    r.kind = Kind::Whole as u8;
+                    r.flags |= f.flags;
+                    r.site = f.site;
+                } else {
+                    let mut c = record(Kind::Call, depth, Reason::None, f.flags, f.func, f.site);
+                    sink.emit(&mut c);
+                }
+            }
+            self.written = depth;
             sink.emit(&mut r);
             let reason = Reason::from_u8(r.reason);
             if reason != Reason::None {
@@ -360,6 +412,7 @@ mod tests {
     const CALL: u8 = Kind::Call as u8;
     const RET: u8 = Kind::Ret as u8;
     const LEAF: u8 = Kind::Leaf as u8;
+    const WHOLE: u8 = Kind::Whole as u8;
 
     /// A fake owner: collects records, counts and open-frame counts; the clock is set by
     /// the test.
@@ -457,6 +510,8 @@ mod tests {
             sp -= 0x100;
             assert!(st.open(s, f, 0xa000 + f, 0, sp, false));
         }
+        // Their call records written (as something recorded inside the innermost would).
+        st.flush(s);
         s.take();
         st
     }
@@ -560,6 +615,7 @@ mod tests {
                                           // 0x20 tail-calls 0x30, which tail-calls 0x40: all run at 0xf00.
         assert!(st.open(&s, 0x30, 0xa030, F_TAIL, 0xf00, false));
         assert!(st.open(&s, 0x40, 0xa040, F_TAIL | F_INDIRECT, 0xf00, false));
+        st.flush(&s);
         s.take();
         st.close_returning(&s, 0xf00, 0xb000, 0x1d, true);
         let rs = s.take();
@@ -749,6 +805,7 @@ mod tests {
                                           // 0x20 calls a preemption thunk from 0xe88 (not counted in the table).
         let enters = s.enters.get();
         assert!(st.open(&s, 0x30, 0xa030, 0, 0xe80, true));
+        st.flush(&s);
         assert_eq!(s.enters.get(), enters, "a thunk frame is not entered");
         assert_eq!(st.top().unwrap().entry, NO_ENTRY);
         assert!(st.top().unwrap().ends_in_leaf);
@@ -764,6 +821,7 @@ mod tests {
         assert!(s.counted().is_empty());
         // Or at a return further up.
         assert!(st.open(&s, 0x30, 0xa030, 0, 0xe80, true));
+        st.flush(&s);
         s.take();
         st.close_returning(&s, 0xf00, 0xb020, 0x1d, true);
         let rs = s.take();
@@ -787,6 +845,7 @@ mod tests {
         let s = Fake::default();
         let mut st = nested(&s, &[0x20, 0x30]);
         assert!(st.open(&s, 0x40, 0xa040, 0, 0xd00, true)); // a thunk too
+        st.flush(&s);
         st.suppress(0xc00, false);
         s.take();
         s.at(1000);
@@ -826,6 +885,7 @@ mod tests {
             st.frames().iter().map(|f| f.ts).collect::<Vec<_>>(),
             [100, 250, 400]
         );
+        st.flush(&s);
         s.take();
         s.at(1000);
         st.close_returning(&s, 0xf00, 0xb000, 0, false);
@@ -897,8 +957,12 @@ mod tests {
             assert!(st.open(&s, 0x10 + i, 0, 0, 0x10_0000 - 16 * i, false));
         }
         assert_eq!(st.depth(), MAX_FRAMES);
-        let n = s.take().len();
-        assert_eq!(n, MAX_FRAMES);
+        assert!(
+            s.take().is_empty(),
+            "call records wait for something inside"
+        );
+        st.flush(&s);
+        assert_eq!(s.take().len(), MAX_FRAMES);
         let enters = s.enters.get();
         assert!(!st.open(&s, 0x999, 0, 0, 0x100, false));
         assert!(!st.open(&s, 0x999, 0, 0, 0x100, true));
@@ -935,8 +999,7 @@ mod tests {
                 (CALL, 0, Reason::None, 0x10),
                 (CALL, 1, Reason::None, 0x20),
                 (LEAF, 2, Reason::Filtered, 0x30),
-                (CALL, 2, Reason::None, 0x40),
-                (RET, 2, Reason::None, 0x40),
+                (WHOLE, 2, Reason::None, 0x40),
                 (RET, 1, Reason::None, 0x20),
                 (RET, 0, Reason::None, 0x10)
             ]
@@ -944,6 +1007,76 @@ mod tests {
         // The call's own flags go through, with the sink's context flags added.
         assert_eq!(rs[1].flags, F_INDIRECT | F_IRQ);
         assert_eq!(rs[4].flags, F_DURATION | F_IRQ);
+    }
+
+    #[test]
+    fn a_call_is_written_when_something_inside_it_is_or_with_its_return_as_one_record() {
+        let s = Fake::default();
+        let mut st = ShadowStack::EMPTY;
+        s.at(100);
+        assert!(st.open(&s, 0x10, 0, 0, 0x1000, false));
+        s.at(200);
+        assert!(st.open(&s, 0x20, 0xa020, F_INDIRECT, 0xf00, false));
+        s.at(300);
+        assert!(st.open(&s, 0x30, 0xa030, F_TAIL, 0xf00, false));
+        assert!(s.take().is_empty(), "nothing written at the calls");
+        // 0x30 (tail-called by 0x20) calls 0x40, which returns: one record, with its call's
+        // flags and site, and its return's duration and value.
+        s.at(400);
+        assert!(st.open(&s, 0x40, 0xa040, F_INDIRECT, 0xe00, false));
+        s.at(450);
+        st.close_returning(&s, 0xe00, 0xb040, 7, true);
+        let rs = s.take();
+        assert_eq!(
+            shape(&rs),
+            [
+                (CALL, 0, Reason::None, 0x10),
+                (CALL, 1, Reason::None, 0x20),
+                (CALL, 2, Reason::None, 0x30),
+                (WHOLE, 3, Reason::None, 0x40)
+            ]
+        );
+        assert_eq!((rs[1].site, rs[1].flags), (0xa020, F_INDIRECT));
+        assert_eq!((rs[2].site, rs[2].flags), (0xa030, F_TAIL));
+        let w = rs[3];
+        assert_eq!(
+            (w.site, w.flags),
+            (0xa040, F_INDIRECT | F_DURATION | F_RETVAL)
+        );
+        assert_eq!((w.dur, w.retval), (50, 7));
+        // The written frames then close with return records.
+        s.at(500);
+        st.close_returning(&s, 0xf00, 0xb020, 0, false);
+        assert_eq!(
+            shape(&s.take()),
+            [(RET, 2, Reason::None, 0x30), (RET, 1, Reason::None, 0x20)]
+        );
+        // A leaf writes the pending calls above it first.
+        assert!(st.open(&s, 0x50, 0xa050, 0, 0xf00, false));
+        st.leaf(&s, Reason::Atomic, 0, 0x60, 0xa060, 0xe80, false);
+        assert_eq!(
+            shape(&s.take()),
+            [
+                (CALL, 1, Reason::None, 0x50),
+                (LEAF, 2, Reason::Atomic, 0x60)
+            ]
+        );
+        // A pending frame whose return was not seen: its call, then its return.
+        assert!(st.open(&s, 0x70, 0xa070, 0, 0xe00, false));
+        st.close_stale(&s, 0xe08);
+        assert_eq!(
+            shape(&s.take()),
+            [
+                (CALL, 2, Reason::None, 0x70),
+                (RET, 2, Reason::Unwound, 0x70)
+            ]
+        );
+        st.close_exiting(&s);
+        assert_eq!(
+            shape(&s.take()),
+            [(RET, 1, Reason::Exit, 0x50), (RET, 0, Reason::Exit, 0x10)]
+        );
+        assert!(s.all_closed());
         assert!(rs.iter().all(|r| r.pid == 7));
     }
 }
