@@ -46,14 +46,25 @@ impl Buffer {
     /// Writes a record and wakes readers; false if the buffer refused it. Safe from any
     /// context.
     pub(crate) fn write(&self, r: &Record) -> bool {
-        let b = r.as_bytes();
-        // SAFETY: `rb` is live; `b` is readable for its length; the data is copied.
-        let ok = unsafe {
-            bindings::ring_buffer_write(self.rb, b.len() as _, b.as_ptr() as *mut _) == 0
-        };
+        // Reserved and filled in place: one store per field, not a `memcpy()` (a `rep
+        // movsb` on CPUs with fast short copies) of a record built on the stack.
+        // SAFETY: `rb` is live; reserving is allowed in any context (the ring buffer's
+        // own recursion protection refuses a nested write it cannot take).
+        let ev = unsafe { bindings::ring_buffer_lock_reserve(self.rb, RECORD_SIZE as _) };
+        if ev.is_null() {
+            return false;
+        }
+        // SAFETY: `ev` is the event just reserved on this CPU: its data holds `RECORD_SIZE`
+        // bytes, aligned to 4 only (hence the unaligned store), and it is committed next,
+        // as every successful reserve must be, before anything else is written here.
+        unsafe {
+            let data = bindings::ring_buffer_event_data(ev).cast::<Record>();
+            core::ptr::write_unaligned(data, *r);
+            bindings::ring_buffer_unlock_commit(self.rb);
+        }
         // SAFETY: NMI-safe C helper (queues an irq_work when a reader sleeps).
         unsafe { bindings::fctrace_wake_readers() };
-        ok
+        true
     }
 
     pub(crate) fn resize(&self, bytes_per_cpu: u64) -> Result {
@@ -138,14 +149,6 @@ impl Buffer {
             }
         }
         best
-    }
-
-    /// The next event of `cpu`, not consumed.
-    pub(crate) fn peek(&self, cpu: u32) -> Option<Event> {
-        let (mut ts, mut lost) = (0u64, 0 as _);
-        // SAFETY: `rb` is live; peeking takes the per-CPU reader lock internally.
-        let ev = unsafe { bindings::ring_buffer_peek(self.rb, cpu as c_int, &mut ts, &mut lost) };
-        Self::event(ev, cpu, lost as u64)
     }
 
     /// Consumes the next event of `cpu`.

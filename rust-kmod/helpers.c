@@ -327,15 +327,31 @@ static void fctrace_wake_fn(struct irq_work *work)
 
 static struct irq_work fctrace_wake_work = IRQ_WORK_INIT(fctrace_wake_fn);
 
+/*
+ * Called after every record: no memory barrier here (wq_has_sleeper() has one, a cost
+ * the traced task paid per record). Like the ring buffer's own rb_wakeups(), the check
+ * may then miss a reader that is just going to sleep (its check of the buffer and our
+ * check of the queue can pass each other); the reader's side has the barrier
+ * (prepare_to_wait()), and a blocking reader sleeps at most FCTRACE_READ_RECHECK before
+ * it looks again, so a missed wake-up delays it, never strands it.
+ */
 void fctrace_wake_readers(void)
 {
-	if (wq_has_sleeper(&fctrace_waitq))
+	if (waitqueue_active(&fctrace_waitq))
 		irq_work_queue(&fctrace_wake_work);
 }
 
+#define FCTRACE_READ_RECHECK (HZ / 10)
+
 int fctrace_wait_readable(struct trace_buffer *rb)
 {
-	return wait_event_interruptible(fctrace_waitq, !ring_buffer_empty(rb));
+	long ret;
+
+	do {
+		ret = wait_event_interruptible_timeout(fctrace_waitq, !ring_buffer_empty(rb),
+						       FCTRACE_READ_RECHECK);
+	} while (ret == 0);
+	return ret < 0 ? ret : 0;
 }
 
 unsigned int fctrace_poll_wait(struct file *file, struct poll_table_struct *pt,

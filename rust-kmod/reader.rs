@@ -8,7 +8,6 @@ use crate::engine::Tracer;
 use crate::format::{self, Options};
 use crate::ksym::SymBuf;
 use crate::parse::OptionName;
-use crate::record::Kind;
 use crate::text::Text;
 use kernel::prelude::*;
 
@@ -39,7 +38,11 @@ fn render(
 }
 
 /// Consumes events from `buf` into `t` until `t` holds at least `want` bytes or the
-/// buffer is empty. A call whose return is already there is shown as one leaf line.
+/// buffer is empty. Each record is one line: a call that returned before anything was
+/// recorded inside it is one record already (`Kind::Whole`), and a call record is only
+/// written when something inside it is, so a call and its return are never merged here
+/// (across CPUs whose clocks differ slightly, the return could come out before what the
+/// call did: merging would hide that).
 pub(crate) fn drain(tr: &Tracer, t: &mut Text, want: usize) -> core::fmt::Result {
     let opts = options(tr);
     let buf: &Buffer = &tr.buf;
@@ -48,27 +51,7 @@ pub(crate) fn drain(tr: &Tracer, t: &mut Text, want: usize) -> core::fmt::Result
         let Some(ev) = buf.consume_oldest() else {
             break;
         };
-        let mut ret = None;
-        let mut other = None;
-        if ev.rec.kind == Kind::Call as u8 {
-            if let Some((cpu, _)) = buf.peek_oldest() {
-                // Peek at the next event; take it only if it closes this call. Another
-                // reader may take it first: then whatever we got is shown on its own.
-                if buf
-                    .peek(cpu)
-                    .is_some_and(|next| format::is_matching_return(&ev.rec, &next.rec))
-                {
-                    match buf.consume(cpu) {
-                        Some(n) if format::is_matching_return(&ev.rec, &n.rec) => ret = Some(n),
-                        n => other = n,
-                    }
-                }
-            }
-        }
-        render(t, &ev, ret.as_ref(), opts, &mut sym)?;
-        if let Some(o) = other {
-            render(t, &o, None, opts, &mut sym)?;
-        }
+        render(t, &ev, None, opts, &mut sym)?;
     }
     Ok(())
 }
@@ -106,7 +89,7 @@ impl TraceReader {
     }
 
     /// The next at most `count` bytes of text (empty at the end), rendering events as
-    /// needed. A call whose return follows it is shown as one leaf line.
+    /// needed, one line each (see [`drain`]).
     pub(crate) fn next_chunk(&mut self, st: &Tracer, count: usize) -> Result<&[u8]> {
         if self.off > 0 {
             // Drop what was handed out: the text never holds much more than one read.
@@ -119,15 +102,7 @@ impl TraceReader {
         let opts = options(st);
         while self.text.0.len() < count {
             let Some(ev) = self.snap.next() else { break };
-            let mut ret = None;
-            if ev.rec.kind == Kind::Call as u8 {
-                if let Some(next) = self.snap.peek() {
-                    if format::is_matching_return(&ev.rec, &next.rec) {
-                        ret = self.snap.next();
-                    }
-                }
-            }
-            render(&mut self.text, &ev, ret.as_ref(), opts, &mut self.sym).map_err(|_| ENOMEM)?;
+            render(&mut self.text, &ev, None, opts, &mut self.sym).map_err(|_| ENOMEM)?;
         }
         let n = count.min(self.text.0.len());
         self.off = n;

@@ -174,12 +174,13 @@ impl FuncTable {
     }
 
     /// A frame of `func` opens: counts it and notes the time (for lazy disarming).
-    pub(crate) fn enter(&self, func: u64) -> EntryId {
+    pub(crate) fn enter(&self, func: u64, now: u64) -> EntryId {
         let Some(i) = self.find(func) else {
             return NO_ENTRY;
         };
-        self.entries[i as usize].open.fetch_add(1, Ordering::AcqRel);
-        self.touch(i);
+        let e = &self.entries[i as usize];
+        e.open.fetch_add(1, Ordering::AcqRel);
+        e.last.store(now, Ordering::Relaxed);
         i
     }
 

@@ -197,8 +197,8 @@ impl Sink for Recorder<'_> {
         clock_ns()
     }
 
-    fn enter(&self, func: u64) -> u32 {
-        self.tr.table.enter(func)
+    fn enter(&self, func: u64, now: u64) -> u32 {
+        self.tr.table.enter(func, now)
     }
 
     fn leave(&self, entry: u32) {

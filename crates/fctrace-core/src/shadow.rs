@@ -80,7 +80,8 @@ pub trait Sink {
     fn now(&self) -> u64;
     /// A frame of `func` opens: its function-table entry (whose open-frame count it bumps),
     /// or [`NO_ENTRY`].
-    fn enter(&self, func: u64) -> u32;
+    /// `now` is the frame's time (from [`Sink::now`]).
+    fn enter(&self, func: u64, now: u64) -> u32;
     /// A frame opened by [`Sink::enter`] closes (`entry` may be [`NO_ENTRY`]).
     fn leave(&self, entry: u32);
     /// A "not followed" or "return not seen" reason occurred (statistics).
@@ -245,7 +246,11 @@ impl ShadowStack {
             return false;
         };
         let ts = sink.now();
-        let entry = if thunk { NO_ENTRY } else { sink.enter(func) };
+        let entry = if thunk {
+            NO_ENTRY
+        } else {
+            sink.enter(func, ts)
+        };
         *slot = Frame {
             func,
             entry,
@@ -462,7 +467,7 @@ mod tests {
         fn now(&self) -> u64 {
             self.clock.get()
         }
-        fn enter(&self, func: u64) -> u32 {
+        fn enter(&self, func: u64, _now: u64) -> u32 {
             self.enters.set(self.enters.get() + 1);
             if func >= NO_TABLE {
                 return NO_ENTRY;
