@@ -22,19 +22,13 @@ fn options(tr: &Tracer) -> Options {
     }
 }
 
-/// Appends the line(s) for `ev`; `ret` is the matching return, already taken.
-fn render(
-    t: &mut Text,
-    ev: &Event,
-    ret: Option<&Event>,
-    opts: Options,
-    sym: &mut SymBuf,
-) -> core::fmt::Result {
+/// Appends the line(s) for `ev` (a lost-events marker first, if events were lost before it).
+fn render(t: &mut Text, ev: &Event, opts: Options, sym: &mut SymBuf) -> core::fmt::Result {
     if ev.lost != 0 {
         format::write_lost(t, ev.cpu, ev.lost)?;
     }
     let name = sym.name(ev.rec.func);
-    format::write_record(t, &ev.rec, name, ret.map(|r| &r.rec), opts)
+    format::write_record(t, &ev.rec, name, opts)
 }
 
 /// Consumes events from `buf` into `t` until `t` holds at least `want` bytes or the
@@ -51,7 +45,7 @@ pub(crate) fn drain(tr: &Tracer, t: &mut Text, want: usize) -> core::fmt::Result
         let Some(ev) = buf.consume_oldest() else {
             break;
         };
-        render(t, &ev, None, opts, &mut sym)?;
+        render(t, &ev, opts, &mut sym)?;
     }
     Ok(())
 }
@@ -102,7 +96,7 @@ impl TraceReader {
         let opts = options(st);
         while self.text.0.len() < count {
             let Some(ev) = self.snap.next() else { break };
-            render(&mut self.text, &ev, None, opts, &mut self.sym).map_err(|_| ENOMEM)?;
+            render(&mut self.text, &ev, opts, &mut self.sym).map_err(|_| ENOMEM)?;
         }
         let n = count.min(self.text.0.len());
         self.off = n;

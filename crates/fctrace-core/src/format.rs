@@ -143,16 +143,9 @@ fn write_irq_marker(w: &mut impl Write, r: &Record, what: &str, enter: bool) -> 
     }
 }
 
-/// Writes one line for `r`. `name` is the symbol of `r.func`. `ret` is the matching
-/// return when the reader found it right after a call: the pair is shown as one leaf line
-/// `name();` with the return's duration and value.
-pub fn write_record(
-    w: &mut impl Write,
-    r: &Record,
-    name: &str,
-    ret: Option<&Record>,
-    opts: Options,
-) -> fmt::Result {
+/// Writes one line for `r`. `name` is the symbol of `r.func`. A [`Kind::Whole`] record (a
+/// call and its return) is one leaf line `name();` with the return's duration and value.
+pub fn write_record(w: &mut impl Write, r: &Record, name: &str, opts: Options) -> fmt::Result {
     let kind = Kind::from_u8(r.kind);
     let reason = Reason::from_u8(r.reason);
     let mut notes: [&dyn fmt::Display; 3] = [&""; 3];
@@ -160,11 +153,7 @@ pub fn write_record(
     let tail = "tail call";
     let indirect = "indirect";
     let retval;
-    let closing = ret.or(if matches!(kind, Some(Kind::Ret | Kind::Whole)) {
-        Some(r)
-    } else {
-        None
-    });
+    let closing = matches!(kind, Some(Kind::Ret | Kind::Whole)).then_some(r);
     let dur = closing
         .filter(|c| opts.duration && c.flags & F_DURATION != 0)
         .map(|c| c.dur);
@@ -198,7 +187,6 @@ pub fn write_record(
     write_prefix(w, r, dur)?;
     let mut head = None;
     match kind {
-        Some(Kind::Call) if ret.is_some() => write!(w, "{}();", name)?,
         Some(Kind::Call) => write!(w, "{}() {{", name)?,
         Some(Kind::Leaf | Kind::Whole) => write!(w, "{}();", name)?,
         Some(Kind::Ret) => {
@@ -212,7 +200,7 @@ pub fn write_record(
     }
     write_comment(w, head, notes.get(..n).unwrap_or(&[]))?;
     w.write_char('\n')?;
-    let closes = kind != Some(Kind::Call) || ret.is_some();
+    let closes = kind != Some(Kind::Call);
     if let Some(what) = irq.filter(|_| closes) {
         write_irq_marker(w, r, what, false)?;
     }
@@ -222,18 +210,6 @@ pub fn write_record(
 /// Writes the marker for events the ring buffer lost on `cpu`.
 pub fn write_lost(w: &mut impl Write, cpu: u32, count: u64) -> fmt::Result {
     writeln!(w, "CPU:{} [LOST {} EVENTS]", cpu, count)
-}
-
-/// True when `ret` closes the frame `call` opened (same task, depth and function), so the
-/// two can be shown as one leaf line.
-pub fn is_matching_return(call: &Record, ret: &Record) -> bool {
-    call.kind == Kind::Call as u8
-        && ret.kind == Kind::Ret as u8
-        && ret.pid == call.pid
-        && ret.depth == call.depth
-        && ret.func == call.func
-        && ret.reason == Reason::None as u8
-        && ret.flags & (F_IRQ | F_SOFTIRQ) == call.flags & (F_IRQ | F_SOFTIRQ)
 }
 
 #[cfg(test)]
@@ -263,27 +239,25 @@ mod tests {
     fn call_ret_and_leaf_lines() {
         let mut s = String::new();
         let call = rec(Kind::Call, 0);
-        write_record(&mut s, &call, "vfs_read", None, ALL).unwrap();
+        write_record(&mut s, &call, "vfs_read", ALL).unwrap();
         let mut ret = rec(Kind::Ret, 0);
         ret.flags = F_DURATION | F_RETVAL;
         ret.dur = 12_345;
         ret.retval = 0x1d;
-        write_record(&mut s, &ret, "vfs_read", None, ALL).unwrap();
-        let mut leaf = rec(Kind::Call, 1);
-        let mut lret = rec(Kind::Ret, 1);
-        lret.flags = F_DURATION;
-        lret.dur = 870;
-        assert!(is_matching_return(&leaf, &lret));
-        write_record(&mut s, &leaf, "rw_verify_area", Some(&lret), ALL).unwrap();
+        write_record(&mut s, &ret, "vfs_read", ALL).unwrap();
+        let mut leaf = rec(Kind::Whole, 1);
+        leaf.flags = F_DURATION;
+        leaf.dur = 870;
+        write_record(&mut s, &leaf, "rw_verify_area", ALL).unwrap();
         leaf.kind = Kind::Leaf as u8;
         leaf.reason = Reason::Atomic as u8;
         leaf.flags = F_INDIRECT;
-        write_record(&mut s, &leaf, "_raw_spin_lock", None, ALL).unwrap();
+        write_record(&mut s, &leaf, "_raw_spin_lock", ALL).unwrap();
         let mut whole = rec(Kind::Whole, 1);
         whole.flags = F_TAIL | F_DURATION | F_RETVAL;
         whole.dur = 1_250;
         whole.retval = (-2i64) as u64;
-        write_record(&mut s, &whole, "lookup_fast", None, ALL).unwrap();
+        write_record(&mut s, &whole, "lookup_fast", ALL).unwrap();
         let expected = concat!(
             " 1)             cat-83 |                 |  vfs_read() {\n",
             " 1)             cat-83 | +     12.345 us  |  } /* vfs_read ret=0x1d */\n",
@@ -305,7 +279,6 @@ mod tests {
             &mut s,
             &ret,
             "f",
-            None,
             Options {
                 retval: true,
                 duration: false,
@@ -334,21 +307,19 @@ mod tests {
         let mut s = String::new();
         let mut call = rec(Kind::Call, 0);
         call.flags = F_IRQ;
-        write_record(&mut s, &call, "__sysvec_apic_timer_interrupt", None, ALL).unwrap();
+        write_record(&mut s, &call, "__sysvec_apic_timer_interrupt", ALL).unwrap();
         let mut inner = rec(Kind::Leaf, 1);
         inner.flags = F_IRQ;
         inner.reason = Reason::Atomic as u8;
-        write_record(&mut s, &inner, "hrtimer_interrupt", None, ALL).unwrap();
+        write_record(&mut s, &inner, "hrtimer_interrupt", ALL).unwrap();
         let mut ret = rec(Kind::Ret, 0);
         ret.flags = F_IRQ | F_DURATION;
         ret.dur = 2_000;
-        write_record(&mut s, &ret, "__sysvec_apic_timer_interrupt", None, ALL).unwrap();
-        let mut soft = rec(Kind::Call, 0);
-        soft.flags = F_SOFTIRQ;
-        let mut sret = rec(Kind::Ret, 0);
-        sret.flags = F_SOFTIRQ | F_DURATION;
-        sret.dur = 1_000;
-        write_record(&mut s, &soft, "handle_softirqs", Some(&sret), ALL).unwrap();
+        write_record(&mut s, &ret, "__sysvec_apic_timer_interrupt", ALL).unwrap();
+        let mut soft = rec(Kind::Whole, 0);
+        soft.flags = F_SOFTIRQ | F_DURATION;
+        soft.dur = 1_000;
+        write_record(&mut s, &soft, "handle_softirqs", ALL).unwrap();
         let expected = concat!(
             " 1)             cat-83 |                 |  ==========> irq\n",
             " 1)             cat-83 |                 |  __sysvec_apic_timer_interrupt() {\n",
@@ -360,16 +331,5 @@ mod tests {
             " 1)             cat-83 |                 |  <========== softirq\n",
         );
         assert_eq!(s, expected);
-    }
-
-    #[test]
-    fn non_matching_returns_are_not_merged() {
-        let call = rec(Kind::Call, 1);
-        let mut ret = rec(Kind::Ret, 1);
-        ret.pid = 84;
-        assert!(!is_matching_return(&call, &ret));
-        ret.pid = 83;
-        ret.func = 0x2000;
-        assert!(!is_matching_return(&call, &ret));
     }
 }
