@@ -328,36 +328,30 @@ static void fctrace_wake_fn(struct irq_work *work)
 static struct irq_work fctrace_wake_work = IRQ_WORK_INIT(fctrace_wake_fn);
 
 /*
- * Called after every record: no memory barrier here (wq_has_sleeper() has one, a cost
- * the traced task paid per record). Like the ring buffer's own rb_wakeups(), the check
- * may then miss a reader that is just going to sleep (its check of the buffer and our
- * check of the queue can pass each other); the reader's side has the barrier
- * (prepare_to_wait()), and a blocking reader sleeps at most FCTRACE_READ_RECHECK before
- * it looks again, so a missed wake-up delays it, never strands it.
+ * Called after every record. wq_has_sleeper()'s barrier pairs with the one a reader
+ * passes between joining the queue and checking the buffer (prepare_to_wait(), or the
+ * smp_mb() after poll_wait() below): either the reader sees the record or we see the
+ * reader, so a blocked reader is never stranded with events in the buffer. (Without
+ * the barrier the two checks can pass each other; a periodic recheck then had to cover
+ * for it, and a blocked reader was not asleep all the time.)
  */
 void fctrace_wake_readers(void)
 {
-	if (waitqueue_active(&fctrace_waitq))
+	if (wq_has_sleeper(&fctrace_waitq))
 		irq_work_queue(&fctrace_wake_work);
 }
 
-#define FCTRACE_READ_RECHECK (HZ / 10)
-
 int fctrace_wait_readable(struct trace_buffer *rb)
 {
-	long ret;
-
-	do {
-		ret = wait_event_interruptible_timeout(fctrace_waitq, !ring_buffer_empty(rb),
-						       FCTRACE_READ_RECHECK);
-	} while (ret == 0);
-	return ret < 0 ? ret : 0;
+	return wait_event_interruptible(fctrace_waitq, !ring_buffer_empty(rb));
 }
 
 unsigned int fctrace_poll_wait(struct file *file, struct poll_table_struct *pt,
 			       struct trace_buffer *rb)
 {
 	poll_wait(file, &fctrace_waitq, pt);
+	/* pairs with wq_has_sleeper() in fctrace_wake_readers(), as sock_poll_wait() */
+	smp_mb();
 	return ring_buffer_empty(rb) ? 0 : (EPOLLIN | EPOLLRDNORM);
 }
 
