@@ -210,6 +210,12 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "returns_not_restored: {}", n(&s.returns_not_restored))?;
     writeln!(t, "presite_probes: {}", n(&s.presites))?;
     writeln!(t, "presite_probes_optimized: {}", n(&s.presites_optimized))?;
+    writeln!(t, "postsite_probes: {}", n(&s.postsites))?;
+    writeln!(
+        t,
+        "postsite_probes_optimized: {}",
+        n(&s.postsites_optimized)
+    )?;
     writeln!(t, "single_steps: {}", n(&s.single_steps))?;
     writeln!(t, "single_steps_trapped: {}", n(&s.single_steps_trapped))?;
     writeln!(t, "single_steps_lost: {}", n(&s.single_steps_lost))?;

@@ -98,6 +98,12 @@ pub(crate) struct SiteData {
     /// `memcpy()` and the rest of the deny list), watched from its pre-site: the handler
     /// draws the leaf there, without a step (see `step.rs`).
     pub(crate) leaf: bool,
+    /// A direct call of a function without an entry hook watched from its pre-site and
+    /// its post-site, this address (the return address; see `step.rs`): the traced
+    /// task's frame for the callee opens at the one and closes at the other. 0 otherwise.
+    pub(crate) post: u64,
+    /// This probe is that post-site (a copy of the site's data, at `post`).
+    pub(crate) at_post: bool,
 }
 
 /// An armed function: its probes.
@@ -120,6 +126,7 @@ impl Func {
         let probed = self
             .sites
             .iter()
+            .filter(|s| !s.data.at_post)
             .filter_map(|s| s.data.kind.direct_callee());
         Iterator::chain(probed, self.hooked_callees.iter().copied())
     }
@@ -323,9 +330,10 @@ impl Tracer {
                     // `__schedule()`, which has no entry hook (the traced task
                     // single-steps to it; every other task's context switch takes a jump
                     // instead of a trap). Other direct calls of functions without an
-                    // entry hook keep a breakpoint: the traced task would pay single
-                    // steps instead of one trap (`_copy_to_iter()` on every read). Not a
-                    // static call (the kernel rewrites its target).
+                    // entry hook (`_copy_to_iter()` on every read) need a post-site as
+                    // well, where the call returns, or keep a breakpoint: single steps
+                    // would cost the traced task more than the trap. Not a static call
+                    // (the kernel rewrites its target).
                     let static_site =
                         kind.direct_callee().is_some() && inner.static_calls.any_in(addr, addr + 1);
                     let leaf = !static_site
@@ -338,21 +346,41 @@ impl Tracer {
                         && kind
                             .direct_callee()
                             .is_some_and(|c| self.preempt.is_schedule(c));
-                    let pre =
-                        if presites_ok && (kind.direct_callee().is_none() || leaf || direct_ok) {
-                            presite::pre_site(&steps, this, body, |o| {
-                                jump_targets.binary_search(&o).is_ok()
+                    let is_target = |o: u32| jump_targets.binary_search(&o).is_ok();
+                    // Any other direct call of a function without an entry hook: from its
+                    // pre-site and post-site where it has both (two jumps to detours for
+                    // every task instead of a trap), else a breakpoint. Not where the
+                    // post-site's run would overlap the next site's pre-site run (kprobes
+                    // optimizes neither of two overlapping probes).
+                    let post = match kind {
+                        SiteKind::Call(Target::Direct(c))
+                            if presites_ok
+                                && !static_site
+                                && !leaf
+                                && !direct_ok
+                                && !self.preempt.is_thunk(c) =>
+                        {
+                            presite::post_site(&steps, this, is_target).filter(|&(p, e)| {
+                                presite::next_pre_site(&steps, this, body, is_target)
+                                    .map_or(true, |q| q == p || q >= e)
                             })
+                        }
+                        _ => None,
+                    };
+                    let pre = if presites_ok
+                        && (kind.direct_callee().is_none() || leaf || direct_ok || post.is_some())
+                    {
+                        presite::pre_site(&steps, this, body, is_target)
                             .map_or(0, |p| start + u64::from(p))
-                        } else {
-                            0
-                        };
+                    } else {
+                        0
+                    };
                     // The target, computed at the pre-site (see `step.rs`); for a leaf,
                     // the stack pointer at the site. A leaf without one keeps its
                     // breakpoint on the site.
                     let prog = (pre != 0)
                         .then(|| {
-                            let fin = if leaf {
+                            let fin = if leaf || post.is_some() {
                                 emulate::Final::Reg(RSP)
                             } else {
                                 kind.indirect_final(addr + u64::from(insn.len))?
@@ -361,7 +389,15 @@ impl Tracer {
                             emulate::compile(run, pre, fin)
                         })
                         .flatten();
-                    let pre = if leaf && prog.is_none() { 0 } else { pre };
+                    let pre = if (leaf || post.is_some()) && prog.is_none() {
+                        0
+                    } else {
+                        pre
+                    };
+                    let post = match post {
+                        Some((p, _)) if pre != 0 => start + u64::from(p),
+                        _ => 0,
+                    };
                     let data = SiteData {
                         func: start,
                         func_end: end,
@@ -371,7 +407,19 @@ impl Tracer {
                         pre,
                         prog,
                         leaf: leaf && pre != 0,
+                        post,
+                        at_post: false,
                     };
+                    // (Should the post-site's registration fail, where kprobes accepted
+                    // the pre-site's in the same function, the frames the pre-site opens
+                    // close when the caller goes on, marked as returns not seen.)
+                    if post != 0 {
+                        let at_post = SiteData {
+                            at_post: true,
+                            ..data
+                        };
+                        let _ = sites.push(Probe::at(post, at_post).optimizable(), GFP_KERNEL);
+                    }
                     let probe = if pre != 0 {
                         Probe::at(pre, data).optimizable()
                     } else {
@@ -424,7 +472,9 @@ impl Tracer {
                     .count();
                 let n = n.saturating_sub(hooked);
                 self.make_room(inner, n as u64)?;
-                sites = KVec::with_capacity(n, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
+                // Room for a post-site per site.
+                sites = KVec::with_capacity(n.saturating_mul(2), GFP_KERNEL)
+                    .map_err(|_| Reason::ArmFailed)?;
             }
         }
         // Register. A call site that cannot be probed is counted; the function is armed
@@ -455,6 +505,9 @@ impl Tracer {
                     return true;
                 }
                 stats.sites_unprobeable.fetch_add(1, Ordering::Relaxed);
+                if site.at_post {
+                    return true;
+                }
                 if let Some(callee) = site.kind.direct_callee() {
                     let tail = !matches!(site.kind, SiteKind::Call(_));
                     if let Some(slot) = refused.get_mut(n_refused) {

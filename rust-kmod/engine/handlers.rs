@@ -42,7 +42,9 @@ pub(crate) enum Hook {
 impl Handler for SiteData {
     fn pre(p: &Probe<SiteData>, regs: &mut bindings::pt_regs) -> c_int {
         let Some(tr) = tracer() else { return 0 };
-        if p.data.pre != 0 {
+        if p.data.at_post {
+            tr.on_post_site(&p.data, regs)
+        } else if p.data.pre != 0 {
             tr.on_pre_site(&p.data, regs)
         } else {
             tr.on_site(&p.data, regs, 0)
@@ -62,6 +64,14 @@ impl Handler for Hook {
             Hook::Preempt => tr.on_preempt(p, regs),
         }
     }
+}
+
+/// What the call-site handler did, run early from a pre-site (`Tracer::site_call`).
+pub(super) enum SiteCall {
+    /// Done: the kprobe handler's answer (1: the instruction pointer changed).
+    Done(c_int),
+    /// The call needs the handler at the site itself: the task single-steps there.
+    Step,
 }
 
 /// What to do about a call whose target is known.
@@ -182,21 +192,41 @@ impl Tracer {
     /// run from the single-step trap on the site, see `step.rs`).
     /// `via` is 0 in a breakpoint's handler, `FCTRACE_VIA_DIE` from the single-step trap.
     pub(super) fn on_site(&self, site: &SiteData, regs: &mut bindings::pt_regs, via: u32) -> c_int {
+        match self.site_call(site, regs, via, false) {
+            SiteCall::Done(r) => r,
+            SiteCall::Step => 0,
+        }
+    }
+
+    /// The call-site handler's work. `early`: called from the site's pre-site (`step.rs`)
+    /// with the registers the call will have (`regs` a copy: no change of them takes
+    /// effect), for a direct call watched from its pre-site and post-site: a call
+    /// followed opens its frame without making the call (the post-site closes it), and
+    /// what needs the call made here (the arming trampoline, the lossless wait) answers
+    /// [`SiteCall::Step`]: the task steps to the site and comes back here.
+    pub(super) fn site_call(
+        &self,
+        site: &SiteData,
+        regs: &mut bindings::pt_regs,
+        via: u32,
+        early: bool,
+    ) -> SiteCall {
+        use SiteCall::Done;
         let irqs = self.settings.option(OptionName::Irqs);
         let Some(cur) = self.current_in(regs, via, irqs) else {
-            return 0;
+            return Done(0);
         };
         // SAFETY: an int3 handler, in `cur`'s context with interrupts off; `d` is dropped
         // before returning.
         let Some((slot, d)) = (unsafe { self.tree(&cur) }) else {
-            return 0;
+            return Done(0);
         };
         if d.wait.guard || d.stack.depth() == 0 {
-            return 0;
+            return Done(0);
         }
         let sp = regs.sp as u64;
         if d.stack.suppressed(sp) {
-            return 0;
+            return Done(0);
         }
         let rec = self.recorder(&cur);
         // Frames opened below this stack pointer have returned without fctrace seeing it
@@ -205,7 +235,7 @@ impl Tracer {
         d.stack.close_stale(&rec, sp);
         let Some(top) = d.stack.top() else {
             self.release_if_done(slot, d);
-            return 0;
+            return Done(0);
         };
         // A call site counts only in the function the task is known to be in (its
         // innermost frame). Others run below it without a call fctrace saw: the scheduler
@@ -213,13 +243,16 @@ impl Tracer {
         // noinstr code), or a callee reached through a call site kprobes refused. Drawing
         // them as calls of the interrupted function would be wrong.
         if top.func != site.func {
-            return 0;
+            return Done(0);
         }
         // lossless: the buffer is filling faster than the reader empties it; the task
         // waits in the trampoline, then makes this call again (and it is recorded).
         if cur.sleepable && d.wait.last_throttle != site.addr && self.should_throttle() {
+            if early {
+                return SiteCall::Step;
+            }
             self.redirect_throttle(d, regs, site.addr);
-            return 1;
+            return Done(1);
         }
         let (target, tail, indirect) = match site.kind {
             SiteKind::Call(t) => (
@@ -230,13 +263,13 @@ impl Tracer {
             SiteKind::Tail(t) | SiteKind::TailIf(t, _) => {
                 if let SiteKind::TailIf(_, cc) = site.kind {
                     if !cc.holds(regs.flags as u64) {
-                        return 0;
+                        return Done(0);
                     }
                 }
                 let a = resolve_target(t, regs, site);
                 // An indirect jump inside the function is a jump table, not a tail call.
                 if a.is_some_and(|a| a >= site.func && a < site.func_end) {
-                    return 0;
+                    return Done(0);
                 }
                 (a, true, !matches!(t, Target::Direct(_)))
             }
@@ -246,7 +279,7 @@ impl Tracer {
             d.wait.last_redirect = 0;
             d.stack
                 .leaf(&rec, Reason::IndirectUnknown, flags, 0, site.addr, sp, tail);
-            return 0;
+            return Done(0);
         };
         let max = self.settings.max_depth.load(Ordering::Relaxed) as usize;
         let depth = d.stack.depth();
@@ -254,7 +287,7 @@ impl Tracer {
             d.wait.last_redirect = 0;
             d.stack
                 .leaf(&rec, Reason::Depth, flags, target, site.addr, sp, tail);
-            return 0;
+            return Done(0);
         }
         let callee = self.classify_call(&cur, d, target, site.addr, tail);
         if !matches!(callee, Callee::Wait) {
@@ -268,23 +301,25 @@ impl Tracer {
                 if d.stack
                     .open(&rec, target, site.addr, flags, entry_sp, thunk)
                     && !tail
+                    && !early
                 {
                     // The handler makes the call, with the return hooked. (A tail call's
                     // callee returns through the word its caller's return was hooked in.)
                     self.hooked_call(regs, site.addr + u64::from(site.len), target);
-                    return 1;
+                    return Done(1);
                 }
             }
             Callee::Hide => d.stack.suppress(sp, tail),
             Callee::Leaf(r) | Callee::Unarmed(r) => {
                 d.stack.leaf(&rec, r, flags, target, site.addr, sp, tail)
             }
+            Callee::Wait if early => return SiteCall::Step,
             Callee::Wait => {
                 self.redirect(d, regs, site.addr, target);
-                return 1;
+                return Done(1);
             }
         }
-        0
+        Done(0)
     }
 
     /// The pre-handler at the start function's entry: opens a trace.

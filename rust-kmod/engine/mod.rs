@@ -221,6 +221,10 @@ pub(crate) struct Stats {
     /// before reaching the site.
     pub(crate) presites: AtomicU64,
     pub(crate) presites_optimized: AtomicU64,
+    /// Post-site probes (where a direct call watched from its pre-site returns, see
+    /// `step.rs`) registered, and those kprobes had optimized, at the same moment.
+    pub(crate) postsites: AtomicU64,
+    pub(crate) postsites_optimized: AtomicU64,
     pub(crate) single_steps: AtomicU64,
     /// Single steps started from a pre-site probe's breakpoint (not optimized, or not yet).
     pub(crate) single_steps_trapped: AtomicU64,
@@ -397,13 +401,21 @@ impl Drop for Guard<'_> {
             .funcs_armed
             .store(funcs.len() as u64, Ordering::Relaxed);
         let (mut pre, mut optimized, mut blocked) = (0, 0, 0);
+        let (mut post, mut post_optimized) = (0, 0);
         for p in funcs.iter().flat_map(|f| f.sites.iter()) {
             blocked += u64::from(p.is_blocked());
-            if p.data.pre != 0 && p.is_registered() {
+            if p.data.at_post && p.is_registered() {
+                post += 1;
+                post_optimized += u64::from(p.is_optimized());
+            } else if p.data.pre != 0 && p.is_registered() {
                 pre += 1;
                 optimized += u64::from(p.is_optimized());
             }
         }
+        self.stats.postsites.store(post, Ordering::Relaxed);
+        self.stats
+            .postsites_optimized
+            .store(post_optimized, Ordering::Relaxed);
         blocked += self
             .guard
             .static_hooks

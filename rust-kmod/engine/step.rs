@@ -46,9 +46,20 @@
 //! deny list: shown as a leaf `not followed: unprobeable`) gets a pre-site too where it
 //! has one: its handler draws the leaf at once, with the stack pointer the call will
 //! have (computed the same way), and no step.
+//!
+//! A direct call of any other function without an entry hook (no ftrace site:
+//! `_copy_to_iter()`, called by `seq_read_iter()` on every read of a `/proc` file) gets
+//! a pre-site and a *post-site*, an optimized probe on the instructions the call returns
+//! to (`presite::post_site()`), where both exist and their runs do not overlap the next
+//! site's. The pre-site's handler runs the call-site handler at once, with the stack
+//! pointer the call will have, and opens the callee's frame without making the call;
+//! the post-site's handler closes it with the value returned, when the stack pointer
+//! is the one that call returns with. Every task pays two jumps to detours instead of a
+//! breakpoint trap; the traced task steps to the site only when the call needs the
+//! site's handler itself (the callee is not armed yet, or the lossless wait).
 
 use super::arming::{SiteData, SiteKind};
-use super::handlers::reg;
+use super::handlers::{reg, SiteCall};
 use super::table::{FuncState, HOOK_LIVE};
 use super::tree::TaskData;
 use super::{read_kernel, tracer, Tracer};
@@ -167,9 +178,35 @@ impl Tracer {
                 return 0;
             }
         }
+        // A direct call watched from its pre-site and post-site: the call-site handler runs
+        // now, with the stack pointer the call will have, and opens the callee's frame
+        // (its post-site closes it); only what needs the call made at the site (arming
+        // the callee, the lossless wait) makes the task step there.
+        let d = if site.post != 0 {
+            if let Some(sp) = site.prog.and_then(|p| p.target(&PreSiteRegs(regs))) {
+                let mut at_site = *regs;
+                at_site.sp = sp as _;
+                at_site.ip = site.addr as _;
+                // (`d` is not used after this: the call-site handler takes the tree.)
+                if let SiteCall::Done(_) = self.site_call(site, &mut at_site, via, true) {
+                    return 0;
+                }
+            }
+            // SAFETY: as above; the call-site handler's reference to the tree has ended.
+            let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
+                return 0;
+            };
+            d
+        } else {
+            d
+        };
         // The target, computed before the run executes: an armed function whose entry hook
         // is in place draws the call itself.
-        if let Some(t) = site.prog.and_then(|p| p.target(&PreSiteRegs(regs))) {
+        if let Some(t) = site
+            .prog
+            .filter(|_| site.post == 0)
+            .and_then(|p| p.target(&PreSiteRegs(regs)))
+        {
             let tail = !matches!(site.kind, SiteKind::Call(_));
             // An indirect jump inside the function: a jump table.
             if tail && t >= site.func && t < site.func_end {
@@ -202,6 +239,46 @@ impl Tracer {
                 .fetch_add(1, Ordering::Relaxed);
         }
         regs.flags |= X86_EFLAGS_TF as c_ulong;
+        0
+    }
+
+    /// The handler of a post-site probe (`site.at_post`): the instruction a direct call
+    /// watched from its pre-site returns to. A traced task whose frame for the callee
+    /// was opened at this call (its entry stack pointer 8 below this one) closes it, with
+    /// the value returned, as the return hook would have. Runs in the detour (or, until
+    /// the probe is optimized, in its breakpoint trap).
+    pub(super) fn on_post_site(&self, site: &SiteData, regs: &mut bindings::pt_regs) -> c_int {
+        let irqs = self.settings.option(OptionName::Irqs);
+        let via = u32::from(from_detour(regs));
+        let Some(cur) = self.current_in(regs, via, irqs) else {
+            return 0;
+        };
+        // SAFETY: as in `on_pre_site()`; `d` is dropped before returning.
+        let Some((slot, d)) = (unsafe { self.tree(&cur) }) else {
+            return 0;
+        };
+        if d.wait.guard {
+            return 0;
+        }
+        let retp = (regs.sp as u64).wrapping_sub(8);
+        let callee = site.kind.direct_callee().unwrap_or(0);
+        // Past a call not followed (hidden by the filter), as after a hooked return.
+        let _ = d.stack.suppressed(regs.sp as u64);
+        let ours = d
+            .stack
+            .frames()
+            .iter()
+            .rev()
+            .take_while(|f| f.entry_sp <= retp)
+            .any(|f| f.entry_sp == retp && f.func == callee && f.site == site.addr);
+        if !ours {
+            return 0;
+        }
+        let retval_on = self.settings.option(OptionName::Retval);
+        let rec = self.recorder(&cur);
+        d.stack
+            .close_returning(&rec, retp, 0, regs.ax as u64, retval_on);
+        self.release_if_done(slot, d);
         0
     }
 

@@ -182,3 +182,60 @@ pub fn pre_site(
         }
     }
 }
+
+/// The post-site of the call site `insns[site]`: the offset of the instruction the call
+/// returns to, when the run `insns[site + 1..j]` that starts there can carry an optimized
+/// probe: at least [`JUMP_LEN`] bytes of [`steppable`] instructions (what kprobes can
+/// copy into a detour; they do not branch, so the run ends inside the function), none
+/// of them after the first a branch target of the function (`is_target(off)`; kprobes
+/// would refuse to optimize it). Returns the run's first offset and its end.
+///
+/// A direct call of a function without an entry hook (no ftrace site: `_copy_to_iter()`)
+/// is watched from its pre-site, where the traced task's frame for the callee opens, and
+/// its post-site, where it closes as the call returns: two jumps to detours for every
+/// task instead of a breakpoint trap on the call (see `rust-kmod/engine/step.rs`). The
+/// first instruction may itself be a branch target: the handler closes the frame only
+/// when the stack pointer is the one the call returned with.
+pub fn post_site(
+    insns: &[Insn],
+    site: usize,
+    is_target: impl Fn(u32) -> bool,
+) -> Option<(u32, u32)> {
+    let call = insns.get(site)?;
+    let first = insns.get(site.checked_add(1)?)?;
+    if call.off.checked_add(u32::from(call.len))? != first.off {
+        return None;
+    }
+    let mut end = first.off;
+    let mut j = site.checked_add(1)?;
+    loop {
+        let cur = insns.get(j)?;
+        if cur.off != end || !cur.steppable || (j > site + 1 && is_target(cur.off)) {
+            return None;
+        }
+        end = end.checked_add(u32::from(cur.len))?;
+        if end.checked_sub(first.off)? >= JUMP_LEN {
+            return Some((first.off, end));
+        }
+        j = j.checked_add(1)?;
+    }
+}
+
+/// The pre-site run that the next site after `insns[site]` would have: the first
+/// instruction after it that is not [`steppable`] (a call, a jump, a return, or an
+/// instruction no run crosses) ends the straight code after the call, and its
+/// [`pre_site`] (with the same `min_off` and `is_target`) is returned. Conservative: that
+/// instruction need not be a site at all. Used to keep a post-site's run from
+/// overlapping a pre-site's run (kprobes optimizes neither of two overlapping probes).
+pub fn next_pre_site(
+    insns: &[Insn],
+    site: usize,
+    min_off: u32,
+    is_target: impl Fn(u32) -> bool,
+) -> Option<u32> {
+    let mut k = site.checked_add(1)?;
+    while insns.get(k)?.steppable {
+        k = k.checked_add(1)?;
+    }
+    pre_site(insns, k, min_off, is_target)
+}

@@ -649,3 +649,50 @@ fn pre_site_runs() {
     assert_eq!(pre_site(&s, 2, 0, |_| false), None);
     assert_eq!(pre_site(&s, 0, 0, |_| false), None);
 }
+
+#[test]
+fn post_site_runs() {
+    use fctrace_decode::presite::post_site;
+    // call rel32; mov 0x8(%rsp),%r15; mov %rax,%rbx; ret
+    let code = [
+        0xe8, 0, 0, 0, 0, 0x4c, 0x8b, 0x7c, 0x24, 0x08, 0x48, 0x89, 0xc3, 0xc3,
+    ];
+    let s = steps(&code);
+    // One 5-byte instruction is enough: the run is what the detour's jump covers.
+    assert_eq!(post_site(&s, 0, |_| false), Some((5, 10)));
+    // A branch to the return address goes through the probe; one past it cannot be.
+    assert_eq!(post_site(&s, 0, |o| o == 5), Some((5, 10)));
+    // call rel32; xor %eax,%eax; mov %rax,%rbx; pop %rbx; ret
+    let code = [0xe8, 0, 0, 0, 0, 0x31, 0xc0, 0x48, 0x89, 0xc3, 0x5b, 0xc3];
+    let s = steps(&code);
+    assert_eq!(post_site(&s, 0, |_| false), Some((5, 10)));
+    assert_eq!(post_site(&s, 0, |o| o == 7), None);
+    // A return or a jump before 5 bytes: none.
+    // call rel32; pop %rbx; ret
+    let code = [0xe8, 0, 0, 0, 0, 0x5b, 0xc3];
+    assert_eq!(post_site(&steps(&code), 0, |_| false), None);
+    // call rel32; test %eax,%eax; jne +0; ...
+    let code = [0xe8, 0, 0, 0, 0, 0x85, 0xc0, 0x75, 0x00, 0x90, 0x90, 0x90];
+    assert_eq!(post_site(&steps(&code), 0, |_| false), None);
+    // The next call's pre-site run: from the return address (shared with the post-site:
+    // one probe address) or after the post-site's run; else the two would overlap.
+    use fctrace_decode::presite::next_pre_site;
+    // call rel32; mov 0x8(%rsp),%r15; mov %rax,%rdi; call *%rax
+    let code = [
+        0xe8, 0, 0, 0, 0, 0x4c, 0x8b, 0x7c, 0x24, 0x08, 0x48, 0x89, 0xc7, 0xff, 0xd0,
+    ];
+    let s = steps(&code);
+    assert_eq!(post_site(&s, 0, |_| false), Some((5, 10)));
+    assert_eq!(next_pre_site(&s, 0, 0, |_| false), Some(5));
+    // call rel32; xor %eax,%eax; mov %rax,%rbx; mov %rax,%rdi; call *%rax
+    let code = [
+        0xe8, 0, 0, 0, 0, 0x31, 0xc0, 0x48, 0x89, 0xc3, 0x48, 0x89, 0xc7, 0xff, 0xd0,
+    ];
+    let s = steps(&code);
+    assert_eq!(post_site(&s, 0, |_| false), Some((5, 10)));
+    // The shortest run before `call *%rax` starts at 7, inside the post-site's run.
+    assert_eq!(next_pre_site(&s, 0, 0, |_| false), Some(7));
+    // The last instruction of the function: none.
+    let code = [0x90, 0xe8, 0, 0, 0, 0];
+    assert_eq!(post_site(&steps(&code), 1, |_| false), None);
+}

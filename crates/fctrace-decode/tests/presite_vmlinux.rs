@@ -13,7 +13,7 @@
 
 mod common;
 
-use fctrace_decode::presite::{pre_site, JUMP_LEN, MIN_INSNS};
+use fctrace_decode::presite::{next_pre_site, post_site, pre_site, JUMP_LEN, MIN_INSNS};
 use fctrace_decode::{Flow, Insn};
 use iced_x86::{FlowControl, Instruction, Mnemonic, OpKind};
 use std::collections::BTreeMap;
@@ -92,6 +92,9 @@ fn check(path: &Path) {
     let mut kinds: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     let mut run_len: BTreeMap<usize, u64> = BTreeMap::new();
     let mut stepped = 0u64;
+    // direct calls with a pre-site and a post-site: whether the post-site is clear of
+    // the next site's pre-site run
+    let mut post_sites: BTreeMap<bool, u64> = BTreeMap::new();
     let mut failures: Vec<String> = Vec::new();
     // Calls and jumps through a register go through the retpoline thunks: a branch into
     // one of the thunk arrays is an indirect one.
@@ -149,6 +152,39 @@ fn check(path: &Path) {
                 continue;
             };
             e.1 += 1;
+            // A direct call's post-site (the arming code gives one to calls of functions
+            // without an entry hook): a run from the return address, checked with iced,
+            // that overlaps no pre-site run of the next site.
+            if kind == "call" {
+                if let Some((q, qe)) = post_site(&steps, k, |o| targets.contains(&o)) {
+                    let mut at = q;
+                    while at < qe {
+                        let ins = common::iced_at(f.bytes, f.addr, at);
+                        if let Some(why) = not_steppable(&ins) {
+                            failures.push(format!(
+                                "{}+{at:#x}: `{ins}` in a post-site run: {why}",
+                                f.name
+                            ));
+                        }
+                        if at != q && targets.contains(&at) {
+                            failures.push(format!(
+                                "{}+{at:#x}: a jump lands inside the post-site run",
+                                f.name
+                            ));
+                        }
+                        at += ins.len() as u32;
+                    }
+                    if q != off + u32::from(i.len) || at != qe || qe - q < JUMP_LEN {
+                        failures.push(format!(
+                            "{}+{off:#x}: a bad post-site run {q:#x}..{qe:#x}",
+                            f.name
+                        ));
+                    }
+                    let clear = next_pre_site(&steps, k, min_off, |o| targets.contains(&o))
+                        .map_or(true, |n| n == q || n >= qe);
+                    *post_sites.entry(clear).or_default() += 1;
+                }
+            }
             // The run, as iced decodes it.
             let mut at = p;
             let mut n = 0;
@@ -181,6 +217,15 @@ fn check(path: &Path) {
         );
     }
     println!("instructions per run: {run_len:?}");
+    let (clear, overlap) = (
+        post_sites.get(&true).copied().unwrap_or(0),
+        post_sites.get(&false).copied().unwrap_or(0),
+    );
+    let (calls, calls_pre) = kinds.get("call").copied().unwrap_or_default();
+    println!(
+        "call: {calls} sites, {calls_pre} with a pre-site, {clear} of them with a post-site \
+         ({overlap} more whose post-site overlaps the next pre-site)"
+    );
     for m in failures.iter().take(40) {
         println!("FAIL {m}");
     }
@@ -190,5 +235,9 @@ fn check(path: &Path) {
     assert!(
         pre * 2 > n,
         "only {pre} of {n} indirect calls have a pre-site"
+    );
+    assert!(
+        clear * 3 > calls_pre,
+        "only {clear} of {calls_pre} direct calls with a pre-site have a post-site"
     );
 }
