@@ -186,7 +186,6 @@ impl Sink for Recorder<'_> {
         };
         r.pid = self.cur.pid;
         r.tgid = self.cur.tgid;
-        r.ts = clock_ns();
         r.cpu = this_cpu();
         // SAFETY: a C accessor of `current`, writing 16 bytes into `comm`.
         unsafe { bindings::fctrace_current_comm(r.comm.as_mut_ptr()) };
@@ -220,6 +219,7 @@ impl Recorder<'_> {
         r.reason = reason as u8;
         r.func = func;
         r.site = site;
+        r.ts = self.now();
         self.emit(&mut r);
     }
 }

@@ -72,9 +72,10 @@ impl Frame {
 /// What a stack needs from its owner (the kernel module: the ring buffer, the clock, the
 /// function table's open-frame counts, the statistics).
 pub trait Sink {
-    /// Completes `r` with the context fields (`ts` = now, `cpu`, `pid`, `tgid`, `comm`, and
-    /// the interrupt-context bit ORed into `flags`) and writes it. The stack reads `r.ts`
-    /// afterwards.
+    /// Completes `r` with the context fields (`cpu`, `pid`, `tgid`, `comm`, and the
+    /// interrupt-context bit ORed into `flags`) and writes it. The stack has stamped it
+    /// (`ts`) already, with the time of the call (call records and whole leaves) or of the
+    /// return or event, as read from [`Sink::now`]: a record costs no clock read of its own.
     fn emit(&self, r: &mut Record);
     /// The clock of the records' time stamps, in ns.
     fn now(&self) -> u64;
@@ -205,6 +206,7 @@ impl ShadowStack {
     ) {
         self.flush(sink);
         let mut r = record(Kind::Leaf, self.depth, reason, flags, func, site);
+        r.ts = sink.now();
         sink.emit(&mut r);
         sink.count(reason);
         self.suppress(sp, tail);
@@ -221,6 +223,7 @@ impl ShadowStack {
             let i = self.written;
             let Some(f) = self.frames.get(i) else { return };
             let mut r = record(Kind::Call, i, Reason::None, f.flags, f.func, f.site);
+            r.ts = f.ts;
             sink.emit(&mut r);
             self.written = i + 1;
         }
@@ -293,11 +296,14 @@ impl ShadowStack {
             if self.written <= depth {
                 self.flush_to(sink, depth);
                 if r.reason == Reason::None as u8 {
+                    // A leaf's line is stamped with its call's time.
                     r.kind = Kind::Whole as u8;
                     r.flags |= f.flags;
                     r.site = f.site;
+                    r.ts = f.ts;
                 } else {
                     let mut c = record(Kind::Call, depth, Reason::None, f.flags, f.func, f.site);
+                    c.ts = f.ts;
                     sink.emit(&mut c);
                 }
             }
@@ -345,6 +351,7 @@ impl ShadowStack {
                 }
                 let mut r = record(Kind::Ret, depth, reason, flags, f.func, site);
                 r.dur = now.saturating_sub(f.ts);
+                r.ts = now;
                 r.retval = retval;
                 r
             },
@@ -361,6 +368,7 @@ impl ShadowStack {
             |f, depth| {
                 let mut r = record(Kind::Ret, depth, Reason::Exit, F_DURATION, f.func, 0);
                 r.dur = now.saturating_sub(f.ts);
+                r.ts = now;
                 r
             },
         );
@@ -388,6 +396,7 @@ impl ShadowStack {
                 };
                 let mut r = record(Kind::Ret, depth, reason, F_DURATION, f.func, 0);
                 r.dur = now.saturating_sub(f.ts);
+                r.ts = now;
                 r
             },
         );
@@ -459,7 +468,6 @@ mod tests {
 
     impl Sink for Fake {
         fn emit(&self, r: &mut Record) {
-            r.ts = self.clock.get();
             r.pid = 7;
             r.flags |= self.ctx_flags;
             self.records.borrow_mut().push(*r);
@@ -909,6 +917,39 @@ mod tests {
         s.at(5);
         st.close_exiting(&s);
         assert_eq!(s.take()[1].dur, 0);
+    }
+
+    #[test]
+    fn records_are_stamped_by_the_stack() {
+        // Call records and whole leaves carry their call's time, even when written later;
+        // returns and not-followed leaves the time they happen.
+        let s = Fake::default();
+        let mut st = ShadowStack::EMPTY;
+        s.at(100);
+        assert!(st.open(&s, 0x10, 0, 0, 0x1000, false));
+        s.at(200);
+        assert!(st.open(&s, 0x20, 0xa020, 0, 0xf00, false));
+        s.at(300);
+        assert!(st.open(&s, 0x30, 0xa030, 0, 0xe00, false));
+        s.at(350);
+        st.close_returning(&s, 0xe00, 0xb000, 0, false);
+        s.at(500);
+        st.leaf(&s, Reason::Unprobeable, 0, 0x40, 0xa040, 0xf08, false);
+        s.at(600);
+        st.close_returning(&s, 0xf00, 0xb000, 0, false);
+        let recs = s.take();
+        assert_eq!(
+            recs.iter()
+                .map(|r| (r.kind, r.func, r.ts))
+                .collect::<Vec<_>>(),
+            [
+                (Kind::Call as u8, 0x10, 100),
+                (Kind::Call as u8, 0x20, 200),
+                (Kind::Whole as u8, 0x30, 300),
+                (Kind::Leaf as u8, 0x40, 500),
+                (Kind::Ret as u8, 0x20, 600),
+            ]
+        );
     }
 
     #[test]
