@@ -216,6 +216,8 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
         "postsite_probes_optimized: {}",
         n(&s.postsites_optimized)
     )?;
+    writeln!(t, "page_faults: {}", n(&s.page_faults))?;
+    writeln!(t, "fault_hook_missing: {}", n(&s.fault_hook_missing))?;
     writeln!(t, "single_steps: {}", n(&s.single_steps))?;
     writeln!(t, "single_steps_trapped: {}", n(&s.single_steps_trapped))?;
     writeln!(t, "single_steps_lost: {}", n(&s.single_steps_lost))?;

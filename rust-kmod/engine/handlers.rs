@@ -13,7 +13,7 @@ use super::{read_word, tracer, Tracer, MAX_FRAMES};
 use crate::bindings;
 use crate::kprobe::{Handler, Probe};
 use crate::parse::OptionName;
-use crate::record::{Reason, F_INDIRECT, F_TAIL};
+use crate::record::{Reason, F_FAULT, F_INDIRECT, F_TAIL};
 use core::sync::atomic::Ordering;
 use kernel::ffi::c_int;
 
@@ -37,6 +37,9 @@ pub(crate) enum Hook {
     IrqRoot(Ctx, u64),
     /// A `call __schedule` of the preemption path (see `preempt.rs`).
     Preempt,
+    /// `handle_mm_fault()`'s entry: a page fault the traced task takes in kernel mode
+    /// inside a traced call is drawn there. With the function's start address.
+    Fault(u64),
 }
 
 impl Handler for SiteData {
@@ -62,6 +65,7 @@ impl Handler for Hook {
             Hook::Syscall => tr.on_syscall(p, regs),
             Hook::IrqRoot(ctx, func) => tr.on_irq_root(p, regs, ctx, func),
             Hook::Preempt => tr.on_preempt(p, regs),
+            Hook::Fault(func) => tr.on_fault(p, regs, func),
         }
     }
 }
@@ -338,6 +342,73 @@ impl Tracer {
         let func = self.root.load(Ordering::Relaxed);
         if open_tree(&self.recorder(&cur), d, func, regs.sp as u64) {
             d.wait.nowait = false;
+        }
+        0
+    }
+
+    /// `handle_mm_fault(vma, address, flags, regs)` entered: when the page fault handler
+    /// calls it (`regs` set) for a fault the traced task took in kernel mode (no
+    /// `FAULT_FLAG_USER`: a user copy to a page not mapped yet, say) while a call of its
+    /// tree was running, the fault's work is drawn under the innermost frame, marked
+    /// `page fault`, as function_graph shows it (the exception entry and
+    /// `do_user_addr_fault()` are `noinstr` and not traceable: the call comes from code
+    /// fctrace does not follow, and no entry hook would draw it). Faults in user mode
+    /// happen outside any traced call, and interrupts stay out (they are not faults).
+    /// A call of `handle_mm_fault()` by armed code (`get_user_pages()`) is an ordinary
+    /// call, drawn by its entry hook: `regs` is NULL there.
+    fn on_fault(&self, p: &Probe<Hook>, regs: &mut bindings::pt_regs, func: u64) -> c_int {
+        const FAULT_FLAG_USER: u64 = 1 << 6;
+        let (flags, fault_regs) = (regs.dx as u64, regs.cx as u64);
+        if fault_regs == 0 || flags & FAULT_FLAG_USER != 0 {
+            return 0;
+        }
+        let Some(cur) = self.current_in(regs, u32::from(p.is_ftrace_based()), false) else {
+            return 0;
+        };
+        if cur.ctx != Ctx::Task {
+            return 0;
+        }
+        // SAFETY: a probe handler in `cur`'s own context; `d` is dropped before returning.
+        let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
+            return 0;
+        };
+        if d.wait.guard || d.stack.depth() == 0 {
+            return 0;
+        }
+        let entry_sp = regs.sp as u64;
+        let sp = entry_sp + 8;
+        // A fault inside a call left out (hidden by the filter) is left out with it.
+        if d.stack.suppresses(sp) {
+            return 0;
+        }
+        // Where the task faulted: the faulting instruction, as the call's site.
+        let ip_at = fault_regs + core::mem::offset_of!(bindings::pt_regs, ip) as u64;
+        let site = read_word(ip_at).unwrap_or(0);
+        let rec = self.recorder(&cur);
+        self.stats.page_faults.fetch_add(1, Ordering::Relaxed);
+        let max = self.settings.max_depth.load(Ordering::Relaxed) as usize;
+        let depth = d.stack.depth();
+        if (max != 0 && depth >= max) || depth >= MAX_FRAMES {
+            d.stack
+                .leaf(&rec, Reason::Depth, F_FAULT, func, site, sp, false);
+            return 0;
+        }
+        match self.classify_call(&cur, d, func, func, false) {
+            Callee::Follow | Callee::Thunk => {
+                if d.stack.open(&rec, func, site, F_FAULT, entry_sp, false) {
+                    self.hook_return(entry_sp);
+                }
+            }
+            Callee::Hide => d.stack.suppress(sp, false),
+            Callee::Leaf(r) | Callee::Unarmed(r) => {
+                d.stack.leaf(&rec, r, F_FAULT, func, site, sp, false)
+            }
+            // (Armed when tracing starts; this hook sends no task to wait.)
+            Callee::Wait => {
+                self.want(func);
+                d.stack
+                    .leaf(&rec, Reason::EntryProbe, F_FAULT, func, site, sp, false);
+            }
         }
         0
     }

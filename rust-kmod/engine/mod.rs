@@ -225,6 +225,12 @@ pub(crate) struct Stats {
     /// `step.rs`) registered, and those kprobes had optimized, at the same moment.
     pub(crate) postsites: AtomicU64,
     pub(crate) postsites_optimized: AtomicU64,
+    /// Page faults a traced task took in kernel mode inside a traced call (drawn, or
+    /// left out with a hidden call), since load.
+    pub(crate) page_faults: AtomicU64,
+    /// 1 when `handle_mm_fault()` could not be armed and hooked at the last activation:
+    /// page faults are not drawn.
+    pub(crate) fault_hook_missing: AtomicU64,
     pub(crate) single_steps: AtomicU64,
     /// Single steps started from a pre-site probe's breakpoint (not optimized, or not yet).
     pub(crate) single_steps_trapped: AtomicU64,

@@ -73,6 +73,10 @@ impl Tracer {
         if self.settings.option(OptionName::Irqs) {
             self.add_irq_roots(inner);
         }
+        let missing = self.add_fault_hook(inner).is_none();
+        self.stats
+            .fault_hook_missing
+            .store(u64::from(missing), Ordering::Relaxed);
         // The exit and fork hooks are kprobes at those functions' ftrace sites, so their
         // entry hooks share the site and never send a task to wait there (see `entry.rs`):
         // armed ahead, they are followed from the first call.
@@ -154,6 +158,22 @@ impl Tracer {
             return None;
         }
         let mut b = KBox::pin(Probe::on_symbol(name, Hook::IrqRoot(ctx, func)), GFP_KERNEL).ok()?;
+        b.as_mut().register().ok()?;
+        inner.hooks.push(b, GFP_KERNEL).ok()
+    }
+
+    /// Arms `handle_mm_fault()` (pinned) and hooks its entry, where page faults a traced
+    /// task takes in kernel mode are drawn (`Hook::Fault`): armed before the first fault,
+    /// the fault's work is followed from the first run.
+    fn add_fault_hook(&self, inner: &mut TracerInner) -> Option<()> {
+        let name = c_str!("handle_mm_fault");
+        let (func, _) = resolve(name).ok()?;
+        if self.table.lookup(func) == FuncState::Armed {
+            self.armed_func(inner, func)?.pinned = true;
+        } else if self.arm_as(inner, func, true) != FuncState::Armed {
+            return None;
+        }
+        let mut b = KBox::pin(Probe::on_symbol(name, Hook::Fault(func)), GFP_KERNEL).ok()?;
         b.as_mut().register().ok()?;
         inner.hooks.push(b, GFP_KERNEL).ok()
     }

@@ -3,6 +3,8 @@
  * fct_ops OP [FILE]: after the start gate, do exactly one operation, for the
  * ftrace-oracle tests (selftests/test.d/oracle):
  *   read FILE   open FILE, read it until EOF, close
+ *   read_fresh FILE  the same, into an anonymous page mapped before the gate
+ *               and never touched: the first read's copy to it page-faults
  *   pipe        pipe(), write 64 bytes into it (nobody reads them)
  *   stat FILE   stat() FILE
  *   open FILE   openat(AT_FDCWD, FILE, O_RDONLY) + close
@@ -64,6 +66,22 @@ int main(int argc, char **argv)
 		if (fd < 0)
 			return 1;
 		while ((n = read(fd, buf, sizeof(buf))) > 0)
+			;
+		close(fd);
+		return n < 0;
+	}
+	if (!strcmp(op, "read_fresh")) {
+		char *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		int fd;
+		ssize_t n;
+
+		if (m == MAP_FAILED)
+			return 1;
+		gate();
+		fd = open(file, O_RDONLY);
+		if (fd < 0)
+			return 1;
+		while ((n = read(fd, m, 4096)) > 0)
 			;
 		close(fd);
 		return n < 0;
@@ -204,6 +222,6 @@ int main(int argc, char **argv)
 		gate();
 		return fsync(fd) != 0;
 	}
-	fprintf(stderr, "usage: fct_ops read|pipe|stat|open|mmap|fork|readdir|write|fsync [FILE] | put FILE TEXT | tcp|unix|epoll\n");
+	fprintf(stderr, "usage: fct_ops read|read_fresh|pipe|stat|open|mmap|fork|readdir|write|fsync [FILE] | put FILE TEXT | tcp|unix|epoll\n");
 	return 2;
 }

@@ -10,7 +10,7 @@
 //! ```
 
 use crate::record::{
-    Kind, Reason, Record, F_DURATION, F_INDIRECT, F_IRQ, F_RETVAL, F_SOFTIRQ, F_TAIL,
+    Kind, Reason, Record, F_DURATION, F_FAULT, F_INDIRECT, F_IRQ, F_RETVAL, F_SOFTIRQ, F_TAIL,
 };
 use core::fmt::{self, Write};
 
@@ -148,10 +148,11 @@ fn write_irq_marker(w: &mut impl Write, r: &Record, what: &str, enter: bool) -> 
 pub fn write_record(w: &mut impl Write, r: &Record, name: &str, opts: Options) -> fmt::Result {
     let kind = Kind::from_u8(r.kind);
     let reason = Reason::from_u8(r.reason);
-    let mut notes: [&dyn fmt::Display; 3] = [&""; 3];
+    let mut notes: [&dyn fmt::Display; 4] = [&""; 4];
     let mut n = 0;
     let tail = "tail call";
     let indirect = "indirect";
+    let fault = "page fault";
     let retval;
     let closing = matches!(kind, Some(Kind::Ret | Kind::Whole)).then_some(r);
     let dur = closing
@@ -164,6 +165,10 @@ pub fn write_record(w: &mut impl Write, r: &Record, name: &str, opts: Options) -
         }
         if r.flags & F_INDIRECT != 0 {
             notes[n] = &indirect;
+            n += 1;
+        }
+        if r.flags & F_FAULT != 0 {
+            notes[n] = &fault;
             n += 1;
         }
     }
@@ -264,6 +269,30 @@ mod tests {
             " 1)             cat-83 |        0.870 us  |    rw_verify_area();\n",
             " 1)             cat-83 |                 |    _raw_spin_lock(); /* indirect, not followed: atomic */\n",
             " 1)             cat-83 |        1.250 us  |    lookup_fast(); /* tail call, ret=-2 */\n",
+        );
+        assert_eq!(s, expected);
+    }
+
+    #[test]
+    fn page_fault_lines() {
+        let mut s = String::new();
+        let mut call = rec(Kind::Call, 2);
+        call.flags = F_FAULT;
+        write_record(&mut s, &call, "handle_mm_fault", ALL).unwrap();
+        let mut ret = rec(Kind::Ret, 2);
+        ret.flags = F_DURATION | F_RETVAL;
+        ret.dur = 40_000;
+        ret.retval = 0;
+        write_record(&mut s, &ret, "handle_mm_fault", ALL).unwrap();
+        let mut whole = rec(Kind::Whole, 2);
+        whole.flags = F_FAULT | F_DURATION | F_RETVAL;
+        whole.dur = 900;
+        whole.retval = 0x400;
+        write_record(&mut s, &whole, "handle_mm_fault", ALL).unwrap();
+        let expected = concat!(
+            " 1)             cat-83 |                 |      handle_mm_fault() { /* page fault */\n",
+            " 1)             cat-83 | +     40.000 us  |      } /* handle_mm_fault ret=0x0 */\n",
+            " 1)             cat-83 |        0.900 us  |      handle_mm_fault(); /* page fault, ret=0x400 */\n",
         );
         assert_eq!(s, expected);
     }

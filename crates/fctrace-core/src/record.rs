@@ -159,6 +159,10 @@ pub const F_DURATION: u8 = 8;
 pub const F_IRQ: u8 = 16;
 /// `flags` bit: the event belongs to a softirq that ran while the task was current.
 pub const F_SOFTIRQ: u8 = 32;
+/// `flags` bit: the call is a page fault's (`handle_mm_fault()` entered from the page
+/// fault handler, for a fault the task took in kernel mode inside the traced call, such
+/// as a user copy to a page not mapped yet), drawn under the frame it interrupted.
+pub const F_FAULT: u8 = 64;
 
 /// One trace event, as stored in the ring buffer.
 #[repr(C)]
