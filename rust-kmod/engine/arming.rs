@@ -27,6 +27,9 @@ const RSP: u8 = 4;
 
 /// The largest function fctrace decodes.
 pub(crate) const MAX_FUNC_SIZE: u64 = 256 * 1024;
+/// The largest function [`Tracer::is_leaf_function`] looks at (its code is copied to the
+/// stack): user-copy and string routines are a few hundred bytes.
+const LEAF_AHEAD_MAX: u64 = 512;
 
 /// How the traced task reaches the callee of a call site.
 #[derive(Clone, Copy)]
@@ -211,6 +214,63 @@ impl Tracer {
             .push(func, GFP_KERNEL)
             .map_err(|_| Reason::ArmFailed)?;
         Ok(FuncState::Armed)
+    }
+
+    /// Whether the function at `c` (its start) would get no probe when armed: its live
+    /// code makes no call and no jump out of itself that fctrace draws (returns through a
+    /// return thunk and calls of instrumentation do not count). Arming such a leaf ahead
+    /// costs a decode, no registration. Only functions of at most [`LEAF_AHEAD_MAX`]
+    /// bytes are looked at.
+    pub(super) fn is_leaf_function(&self, inner: &TracerInner, c: u64) -> bool {
+        let Ok(mut sym) = SymBuf::new() else {
+            return false;
+        };
+        let size = match sym.lookup(c) {
+            Some(info) if info.offset == 0 && info.size > 0 && info.size <= LEAF_AHEAD_MAX => {
+                info.size
+            }
+            _ => return false,
+        };
+        if never_probed(
+            inner,
+            c,
+            sym.lookup(c).map_or(&[][..], |i| i.name.as_bytes()),
+        ) {
+            return false;
+        }
+        let mut code = [0u8; LEAF_AHEAD_MAX as usize];
+        let Some(code) = code.get_mut(..size as usize) else {
+            return false;
+        };
+        if !read_kernel(c, code) {
+            return false;
+        }
+        let end = c + size;
+        let thunks = &inner.thunks;
+        let mut leaf = true;
+        let mut prev_terminal = false;
+        let res = decode::scan(code, c, |off, insn| {
+            let terminal_before = prev_terminal;
+            prev_terminal = matches!(
+                insn.flow,
+                Flow::Ret | Flow::Jmp(_) | Flow::JmpReg(_) | Flow::JmpMem(_) | Flow::Ud
+            ) || (terminal_before && matches!(insn.flow, Flow::Int3));
+            let outside = |t: u64| t < c || t >= end;
+            let site = match insn.flow {
+                Flow::Call(t) => classify_direct(t, Branch::Call, &mut sym, thunks)
+                    .is_some_and(|k| !matches!(k, Class::Return)),
+                Flow::Jmp(t) | Flow::Jcc(t, _) if outside(t) => {
+                    classify_direct(t, Branch::Jump, &mut sym, thunks)
+                        .is_some_and(|k| !matches!(k, Class::Return))
+                }
+                Flow::CallReg(_) | Flow::CallMem(_) | Flow::JmpReg(_) | Flow::JmpMem(_) => true,
+                // Someone else's breakpoint: the bytes cannot be trusted.
+                Flow::Int3 => !terminal_before && !is_padding(code, off),
+                _ => false,
+            };
+            leaf &= !site;
+        });
+        res.is_ok() && leaf
     }
 
     /// Decodes the live code of the function at `start` and registers its probes.

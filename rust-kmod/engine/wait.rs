@@ -5,7 +5,7 @@
 //! ahead (callees first called in atomic context, armed for the next run), and lossless
 //! throttling (a task waits for the reader instead of losing events).
 
-use super::table::{FuncState, HOOK_PROBE};
+use super::table::{FuncState, HOOK_ENTRY, HOOK_PROBE};
 use super::tree::{current_ids, Cur, TaskData};
 use super::{clock_ns, this_cpu, tracer, Tracer, TracerInner, MAX_TASKS};
 use crate::bindings;
@@ -438,7 +438,11 @@ impl Tracer {
     /// functions: once kprobes has optimized an
     /// entry probe no task can wait there, so a callee not armed by its first call would
     /// be a leaf then (`not followed: entry probe`). They are library code (the
-    /// `vsnprintf()` family, string routines): a small closure. With the mutex held.
+    /// `vsnprintf()` family, string routines): a small closure. Direct callees reached
+    /// through a call-site probe that are leaves themselves ([`Tracer::is_leaf_function`]:
+    /// arming them registers nothing) are armed too: a task may not be able to wait for
+    /// them where they are called (`rep_movs_alternative()`, called with user access
+    /// open), and the first run then follows them. With the mutex held.
     pub(super) fn arm_probe_closure(&self, inner: &mut TracerInner, func: u64, also: &[u64]) {
         let mut todo: KVec<u64> = KVec::new();
         for &f in Iterator::chain(core::iter::once(&func), also) {
@@ -452,7 +456,7 @@ impl Tracer {
             let mut callees: KVec<u64> = KVec::new();
             if let Some(af) = self.armed_func(inner, f) {
                 for c in af.direct_callees() {
-                    if self.hooks.bits(c) & HOOK_PROBE != 0
+                    if self.hooks.bits(c) & (HOOK_PROBE | HOOK_ENTRY) != HOOK_ENTRY
                         && self.table.lookup(c) == FuncState::Unknown
                         && !callees.contains(&c)
                         && callees.push(c, GFP_KERNEL).is_err()
@@ -462,6 +466,11 @@ impl Tracer {
                 }
             }
             for c in callees {
+                // (Decoded after the borrow of `inner` above ends.) Reached through call
+                // sites: only leaves.
+                if self.hooks.bits(c) & HOOK_PROBE == 0 && !self.is_leaf_function(inner, c) {
+                    continue;
+                }
                 if todo.len() > PROBE_CLOSURE || !self.active.load(Ordering::Acquire) {
                     return;
                 }
