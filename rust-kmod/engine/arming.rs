@@ -394,6 +394,12 @@ impl Tracer {
                     // well, where the call returns, or keep a breakpoint: single steps
                     // would cost the traced task more than the trap. Not a static call
                     // (the kernel rewrites its target).
+                    //
+                    // The post-site's run must not overlap the next site's pre-site run
+                    // (kprobes optimizes neither of two overlapping probes); both may
+                    // start at the same address (one probe for kprobes, which runs the
+                    // newer handler first: the pre-site's closes the returned frame
+                    // itself, see `step.rs`).
                     let static_site =
                         kind.direct_callee().is_some() && inner.static_calls.any_in(addr, addr + 1);
                     let leaf = !static_site
@@ -415,6 +421,7 @@ impl Tracer {
                     let post = match kind {
                         SiteKind::Call(Target::Direct(c))
                             if presites_ok
+                                && insn.len == 5
                                 && !static_site
                                 && !leaf
                                 && !direct_ok

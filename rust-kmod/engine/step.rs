@@ -74,6 +74,8 @@ use kernel::ffi::{c_int, c_ulong};
 const X86_EFLAGS_TF: u64 = 1 << 8;
 /// DR6.BS: the debug trap is a single step.
 const DR_STEP: c_ulong = 1 << 14;
+/// The length of a direct call (`e8 rel32`), the only kind of call with a post-site.
+const CALL_LEN: u64 = 5;
 /// Steps allowed from the arming trampoline back to the call site: its `ret` (through
 /// the return thunk this CPU uses, a few instructions).
 const RESUME_STEPS: u8 = 24;
@@ -156,6 +158,21 @@ impl Tracer {
         let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
             return 0;
         };
+        // A post-site at this same address (the call just before returns here) runs
+        // after this handler: kprobes runs the newer of two probes at one address first.
+        // The frame of that call, which has just returned (entered 8 bytes below this
+        // stack pointer, from the call that ends here), is closed here, with its value.
+        let sp = regs.sp as u64;
+        if let Some(t) = d.stack.top() {
+            if t.func != site.func
+                && t.entry_sp.wrapping_add(8) == sp
+                && t.site.wrapping_add(CALL_LEN) == site.pre
+            {
+                let retval_on = self.settings.option(OptionName::Retval);
+                d.stack
+                    .close_returning(&self.recorder(&cur), sp - 8, 0, regs.ax as u64, retval_on);
+            }
+        }
         // The same early checks as the call-site handler's: a task in the trampoline, or
         // with no open frame of this function, is not stepped.
         if d.wait.guard || !d.stack.top().is_some_and(|t| t.func == site.func) {

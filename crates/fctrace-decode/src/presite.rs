@@ -226,7 +226,8 @@ pub fn post_site(
 /// instruction no run crosses) ends the straight code after the call, and its
 /// [`pre_site`] (with the same `min_off` and `is_target`) is returned. Conservative: that
 /// instruction need not be a site at all. Used to keep a post-site's run from
-/// overlapping a pre-site's run (kprobes optimizes neither of two overlapping probes).
+/// overlapping a pre-site's run (kprobes optimizes neither of two overlapping probes);
+/// the two may start at the same address.
 pub fn next_pre_site(
     insns: &[Insn],
     site: usize,
