@@ -226,18 +226,16 @@ impl Tracer {
             return false;
         };
         let size = match sym.lookup(c) {
-            Some(info) if info.offset == 0 && info.size > 0 && info.size <= LEAF_AHEAD_MAX => {
+            Some(info)
+                if info.offset == 0
+                    && info.size > 0
+                    && info.size <= LEAF_AHEAD_MAX
+                    && !never_probed(inner, c, info.name.as_bytes()) =>
+            {
                 info.size
             }
             _ => return false,
         };
-        if never_probed(
-            inner,
-            c,
-            sym.lookup(c).map_or(&[][..], |i| i.name.as_bytes()),
-        ) {
-            return false;
-        }
         let mut code = [0u8; LEAF_AHEAD_MAX as usize];
         let Some(code) = code.get_mut(..size as usize) else {
             return false;
@@ -245,30 +243,13 @@ impl Tracer {
         if !read_kernel(c, code) {
             return false;
         }
-        let end = c + size;
-        let thunks = &inner.thunks;
+        // The same reading of the code as `build_func()`'s.
+        let mut padding = Padding::default();
         let mut leaf = true;
-        let mut prev_terminal = false;
         let res = decode::scan(code, c, |off, insn| {
-            let terminal_before = prev_terminal;
-            prev_terminal = matches!(
-                insn.flow,
-                Flow::Ret | Flow::Jmp(_) | Flow::JmpReg(_) | Flow::JmpMem(_) | Flow::Ud
-            ) || (terminal_before && matches!(insn.flow, Flow::Int3));
-            let outside = |t: u64| t < c || t >= end;
-            let site = match insn.flow {
-                Flow::Call(t) => classify_direct(t, Branch::Call, &mut sym, thunks)
-                    .is_some_and(|k| !matches!(k, Class::Return)),
-                Flow::Jmp(t) | Flow::Jcc(t, _) if outside(t) => {
-                    classify_direct(t, Branch::Jump, &mut sym, thunks)
-                        .is_some_and(|k| !matches!(k, Class::Return))
-                }
-                Flow::CallReg(_) | Flow::CallMem(_) | Flow::JmpReg(_) | Flow::JmpMem(_) => true,
-                // Someone else's breakpoint: the bytes cannot be trusted.
-                Flow::Int3 => !terminal_before && !is_padding(code, off),
-                _ => false,
-            };
-            leaf &= !site;
+            let foreign = padding.foreign_int3(insn.flow, code, off);
+            leaf &=
+                !foreign && branch_site(insn.flow, c..c + size, &mut sym, &inner.thunks).is_none();
         });
         res.is_ok() && leaf
     }
@@ -310,7 +291,7 @@ impl Tracer {
         for pass in 0..2 {
             let mut n = 0usize;
             let mut idx = 0usize;
-            let mut prev_terminal = false;
+            let mut padding = Padding::default();
             let mut bad = false;
             let res = decode::scan(&code, start, |off, insn| {
                 let addr = start + u64::from(off);
@@ -330,14 +311,7 @@ impl Tracer {
                             _ => true,
                         };
                 }
-                let terminal_before = prev_terminal;
-                // Nothing falls through into the int3 after an unconditional jump or a
-                // return: a run of them is padding (the kernel fills what alternatives
-                // patching freed after a shortened jump with int3).
-                prev_terminal = matches!(
-                    insn.flow,
-                    Flow::Ret | Flow::Jmp(_) | Flow::JmpReg(_) | Flow::JmpMem(_) | Flow::Ud
-                ) || (terminal_before && matches!(insn.flow, Flow::Int3));
+                let foreign = padding.foreign_int3(insn.flow, &code, off);
                 // The ftrace site: the 5-byte nop (or call, while ftrace uses it) that
                 // opens the function, after `endbr64` if any.
                 if off == fentry
@@ -347,28 +321,12 @@ impl Tracer {
                     body = fentry + 5;
                     return;
                 }
-                let outside = |t: u64| t < start || t >= end;
-                let kind = match insn.flow {
-                    Flow::Call(t) => classify_direct(t, Branch::Call, sym, &thunks)
-                        .and_then(|c| site_kind(c, SiteKind::Call)),
-                    Flow::CallReg(r) => Some(SiteKind::Call(Target::Reg(r))),
-                    Flow::CallMem(m) => Some(SiteKind::Call(Target::Mem(m))),
-                    Flow::Jmp(t) if outside(t) => classify_direct(t, Branch::Jump, sym, &thunks)
-                        .and_then(|c| site_kind(c, SiteKind::Tail)),
-                    Flow::JmpReg(r) => Some(SiteKind::Tail(Target::Reg(r))),
-                    Flow::JmpMem(m) => Some(SiteKind::Tail(Target::Mem(m))),
-                    Flow::Jcc(t, Some(cc)) if outside(t) => {
-                        classify_direct(t, Branch::Jump, sym, &thunks)
-                            .and_then(|c| site_kind(c, |t| SiteKind::TailIf(t, cc)))
-                    }
-                    Flow::Int3 if !terminal_before && !is_padding(&code, off) => {
-                        // A breakpoint that is not padding: someone else probes this
-                        // function; its bytes cannot be trusted.
-                        bad = true;
-                        None
-                    }
-                    _ => None,
-                };
+                if foreign {
+                    // Someone else probes this function: its bytes cannot be trusted.
+                    bad = true;
+                    return;
+                }
+                let kind = branch_site(insn.flow, start..end, sym, &thunks);
                 let Some(kind) = kind else { return };
                 if pass == 0 {
                     if let Some(c) = kind.direct_callee() {
@@ -757,6 +715,57 @@ fn fentry_offset(code: &[u8]) -> usize {
 fn is_padding(code: &[u8], off: u32) -> bool {
     code.get(off as usize..)
         .is_some_and(|rest| rest.iter().all(|&b| b == 0xcc))
+}
+
+/// Tells padding from someone else's breakpoints, instruction by instruction in the
+/// order of a linear sweep: nothing falls through into the int3 after an unconditional
+/// jump or a return, so a run of them there is padding (the kernel fills what
+/// alternatives patching freed after a shortened jump with int3), as is a run up to the
+/// end of the function.
+#[derive(Default)]
+struct Padding {
+    after_terminal: bool,
+}
+
+impl Padding {
+    /// Whether the instruction (`flow`, at `off` in `code`) is a breakpoint that is not
+    /// padding.
+    fn foreign_int3(&mut self, flow: Flow, code: &[u8], off: u32) -> bool {
+        let before = self.after_terminal;
+        self.after_terminal = matches!(
+            flow,
+            Flow::Ret | Flow::Jmp(_) | Flow::JmpReg(_) | Flow::JmpMem(_) | Flow::Ud
+        ) || (before && matches!(flow, Flow::Int3));
+        matches!(flow, Flow::Int3) && !before && !is_padding(code, off)
+    }
+}
+
+/// The call site an instruction of the function spanning `func` is, by its control flow:
+/// a call, or a jump out of the function (a tail call), to a function or through a
+/// register or memory; none for returns (through a return thunk too), calls of
+/// instrumentation, and branches inside the function.
+fn branch_site(
+    flow: Flow,
+    func: core::ops::Range<u64>,
+    sym: &mut SymBuf,
+    thunks: &Thunks,
+) -> Option<SiteKind> {
+    let outside = |t: u64| !func.contains(&t);
+    match flow {
+        Flow::Call(t) => {
+            classify_direct(t, Branch::Call, sym, thunks).and_then(|c| site_kind(c, SiteKind::Call))
+        }
+        Flow::CallReg(r) => Some(SiteKind::Call(Target::Reg(r))),
+        Flow::CallMem(m) => Some(SiteKind::Call(Target::Mem(m))),
+        Flow::Jmp(t) if outside(t) => {
+            classify_direct(t, Branch::Jump, sym, thunks).and_then(|c| site_kind(c, SiteKind::Tail))
+        }
+        Flow::JmpReg(r) => Some(SiteKind::Tail(Target::Reg(r))),
+        Flow::JmpMem(m) => Some(SiteKind::Tail(Target::Mem(m))),
+        Flow::Jcc(t, Some(cc)) if outside(t) => classify_direct(t, Branch::Jump, sym, thunks)
+            .and_then(|c| site_kind(c, |t| SiteKind::TailIf(t, cc))),
+        _ => None,
+    }
 }
 
 /// The running kernel's text for [`Thunks::classify`]: symbols from `sprint_symbol()`,
