@@ -143,6 +143,14 @@ fn write_irq_marker(w: &mut impl Write, r: &Record, what: &str, enter: bool) -> 
     }
 }
 
+/// The notes of a call's flags, in the order they are written (a call has at most these
+/// three, and then a reason or a value: `notes` in [`write_record`] has room for four).
+static FLAG_NOTES: [(u8, &str); 3] = [
+    (F_TAIL, "tail call"),
+    (F_INDIRECT, "indirect"),
+    (F_FAULT, "page fault"),
+];
+
 /// Writes one line for `r`. `name` is the symbol of `r.func`. A [`Kind::Whole`] record (a
 /// call and its return) is one leaf line `name();` with the return's duration and value.
 pub fn write_record(w: &mut impl Write, r: &Record, name: &str, opts: Options) -> fmt::Result {
@@ -150,26 +158,17 @@ pub fn write_record(w: &mut impl Write, r: &Record, name: &str, opts: Options) -
     let reason = Reason::from_u8(r.reason);
     let mut notes: [&dyn fmt::Display; 4] = [&""; 4];
     let mut n = 0;
-    let tail = "tail call";
-    let indirect = "indirect";
-    let fault = "page fault";
     let retval;
     let closing = matches!(kind, Some(Kind::Ret | Kind::Whole)).then_some(r);
     let dur = closing
         .filter(|c| opts.duration && c.flags & F_DURATION != 0)
         .map(|c| c.dur);
     if kind != Some(Kind::Ret) {
-        if r.flags & F_TAIL != 0 {
-            notes[n] = &tail;
-            n += 1;
-        }
-        if r.flags & F_INDIRECT != 0 {
-            notes[n] = &indirect;
-            n += 1;
-        }
-        if r.flags & F_FAULT != 0 {
-            notes[n] = &fault;
-            n += 1;
+        for (bit, text) in FLAG_NOTES.iter() {
+            if r.flags & bit != 0 {
+                notes[n] = text;
+                n += 1;
+            }
         }
     }
     let reason_text = reason.text();

@@ -113,6 +113,15 @@ fn record(kind: Kind, depth: usize, reason: Reason, flags: u8, func: u64, site: 
     r
 }
 
+/// The return record of frame `f` (at `depth`) closing at `now`: stamped then, with the
+/// frame's duration.
+fn ret_record(f: &Frame, depth: usize, reason: Reason, flags: u8, site: u64, now: u64) -> Record {
+    let mut r = record(Kind::Ret, depth, reason, flags, f.func, site);
+    r.dur = now.saturating_sub(f.ts);
+    r.ts = now;
+    r
+}
+
 impl ShadowStack {
     /// An empty stack, suppressing nothing.
     pub const EMPTY: ShadowStack = ShadowStack {
@@ -349,9 +358,7 @@ impl ShadowStack {
                 if reason == Reason::None && retval_on && exact {
                     flags |= F_RETVAL;
                 }
-                let mut r = record(Kind::Ret, depth, reason, flags, f.func, site);
-                r.dur = now.saturating_sub(f.ts);
-                r.ts = now;
+                let mut r = ret_record(f, depth, reason, flags, site, now);
                 r.retval = retval;
                 r
             },
@@ -365,12 +372,7 @@ impl ShadowStack {
         self.close_while(
             sink,
             |_| true,
-            |f, depth| {
-                let mut r = record(Kind::Ret, depth, Reason::Exit, F_DURATION, f.func, 0);
-                r.dur = now.saturating_sub(f.ts);
-                r.ts = now;
-                r
-            },
+            |f, depth| ret_record(f, depth, Reason::Exit, F_DURATION, 0, now),
         );
     }
 
@@ -394,10 +396,7 @@ impl ShadowStack {
                 } else {
                     Reason::Unwound
                 };
-                let mut r = record(Kind::Ret, depth, reason, F_DURATION, f.func, 0);
-                r.dur = now.saturating_sub(f.ts);
-                r.ts = now;
-                r
+                ret_record(f, depth, reason, F_DURATION, 0, now)
             },
         );
     }
