@@ -4,7 +4,7 @@
 //! writers, safe from any context including NMI, in overwrite mode like ftrace's.
 
 use crate::bindings;
-use crate::record::{Record, RECORD_SIZE};
+use crate::record::{Record, RECORD_SIZE, RECORD_WORDS};
 use kernel::ffi::c_int;
 use kernel::prelude::*;
 
@@ -46,8 +46,10 @@ impl Buffer {
     /// Writes a record and wakes readers; false if the buffer refused it. Safe from any
     /// context.
     pub(crate) fn write(&self, r: &Record) -> bool {
-        // Reserved and filled in place: one store per field, not a `memcpy()` (a `rep
-        // movsb` on CPUs with fast short copies) of a record built on the stack.
+        // Reserved and filled in place, one 64-bit store per word: a copy of the whole
+        // record would be a call of `memcpy()` (a `rep movsb` on CPUs with fast short
+        // copies) for every record.
+        let words: [u64; RECORD_WORDS] = r.words();
         // SAFETY: `rb` is live; reserving is allowed in any context (the ring buffer's
         // own recursion protection refuses a nested write it cannot take).
         let ev = unsafe { bindings::ring_buffer_lock_reserve(self.rb, RECORD_SIZE as _) };
@@ -55,11 +57,14 @@ impl Buffer {
             return false;
         }
         // SAFETY: `ev` is the event just reserved on this CPU: its data holds `RECORD_SIZE`
-        // bytes, aligned to 4 only (hence the unaligned store), and it is committed next,
+        // bytes, aligned to 4 only (hence the unaligned stores), and it is committed next,
         // as every successful reserve must be, before anything else is written here.
         unsafe {
-            let data = bindings::ring_buffer_event_data(ev).cast::<Record>();
-            core::ptr::write_unaligned(data, *r);
+            let data = bindings::ring_buffer_event_data(ev).cast::<u64>();
+            for (i, w) in words.iter().enumerate() {
+                // (Read volatile: LLVM would merge plain copies back into a `memcpy()`.)
+                core::ptr::write_unaligned(data.add(i), core::ptr::read_volatile(w));
+            }
             bindings::ring_buffer_unlock_commit(self.rb);
         }
         // SAFETY: NMI-safe C helper (queues an irq_work when a reader sleeps).

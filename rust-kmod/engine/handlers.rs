@@ -95,26 +95,45 @@ pub(super) enum Callee {
     Wait,
 }
 
-/// General purpose register `r` (x86 encoding order) of `regs`.
+/// The offsets in `pt_regs` of the general purpose registers, in x86 encoding order.
+const REG_OFFSETS: [usize; 16] = {
+    use core::mem::offset_of;
+    type R = bindings::pt_regs;
+    [
+        offset_of!(R, ax),
+        offset_of!(R, cx),
+        offset_of!(R, dx),
+        offset_of!(R, bx),
+        offset_of!(R, sp),
+        offset_of!(R, bp),
+        offset_of!(R, si),
+        offset_of!(R, di),
+        offset_of!(R, r8),
+        offset_of!(R, r9),
+        offset_of!(R, r10),
+        offset_of!(R, r11),
+        offset_of!(R, r12),
+        offset_of!(R, r13),
+        offset_of!(R, r14),
+        offset_of!(R, r15),
+    ]
+};
+
+/// General purpose register `r` (x86 encoding order, the low 4 bits) of `regs`: one load
+/// (the emulation of a pre-site reads every register for each call it computes).
+#[inline]
 pub(super) fn reg(regs: &bindings::pt_regs, r: u8) -> u64 {
-    (match r {
-        0 => regs.ax,
-        1 => regs.cx,
-        2 => regs.dx,
-        3 => regs.bx,
-        4 => regs.sp,
-        5 => regs.bp,
-        6 => regs.si,
-        7 => regs.di,
-        8 => regs.r8,
-        9 => regs.r9,
-        10 => regs.r10,
-        11 => regs.r11,
-        12 => regs.r12,
-        13 => regs.r13,
-        14 => regs.r14,
-        _ => regs.r15,
-    }) as u64
+    let off = REG_OFFSETS[usize::from(r & 15)];
+    // SAFETY: `off` is the offset of an `unsigned long` field of `*regs` (the table
+    // above), so the read is in bounds and aligned.
+    unsafe {
+        core::ptr::read(
+            (regs as *const bindings::pt_regs)
+                .cast::<u8>()
+                .add(off)
+                .cast::<u64>(),
+        )
+    }
 }
 
 /// Where a call or jump at `site` goes, with the registers it runs with; `None` when

@@ -114,6 +114,7 @@ pub(crate) struct Expect {
 struct PreSiteRegs<'a>(&'a bindings::pt_regs);
 
 impl emulate::Machine for PreSiteRegs<'_> {
+    #[inline]
     fn reg(&self, r: emulate::Reg) -> u64 {
         reg(self.0, r)
     }

@@ -11,7 +11,7 @@ use crate::bindings;
 use crate::record::{Kind, Reason, Record, F_IRQ, F_SOFTIRQ};
 use crate::shadow::{ShadowStack, Sink};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use kernel::alloc::KVVec;
 use kernel::prelude::*;
 
@@ -134,6 +134,9 @@ pub(crate) struct Trees {
     tasks: KVVec<TaskSlot>,
     /// Two per CPU: softirq, hard interrupt.
     irqs: KVVec<IrqSlot>,
+    /// The index of the slot found last: looked at first (a hint, checked against the
+    /// slot's thread id; one traced thread finds its slot at once).
+    hint: AtomicUsize,
 }
 
 impl Trees {
@@ -159,7 +162,11 @@ impl Trees {
                 GFP_KERNEL,
             )?;
         }
-        Ok(Trees { tasks, irqs })
+        Ok(Trees {
+            tasks,
+            irqs,
+            hint: AtomicUsize::new(0),
+        })
     }
 
     /// Frees every thread slot (no thread can be using one: called at activation with
@@ -290,10 +297,19 @@ impl Tracer {
 
     /// The slot of thread `pid`, if it has one.
     pub(crate) fn slot(&self, pid: u32) -> Option<&TaskSlot> {
-        self.trees
-            .tasks
+        let (tasks, hint) = (&self.trees.tasks, &self.trees.hint);
+        let h = hint.load(Ordering::Relaxed);
+        if let Some(s) = tasks
+            .get(h)
+            .filter(|s| s.pid.load(Ordering::Relaxed) == pid)
+        {
+            return Some(s);
+        }
+        let i = tasks
             .iter()
-            .find(|s| s.pid.load(Ordering::Relaxed) == pid)
+            .position(|s| s.pid.load(Ordering::Relaxed) == pid)?;
+        hint.store(i, Ordering::Relaxed);
+        tasks.get(i)
     }
 
     /// The slot of thread `pid`, claimed if it has none (counted when all are taken).

@@ -199,6 +199,11 @@ pub struct Record {
 /// Size of a [`Record`] in bytes.
 pub const RECORD_SIZE: usize = core::mem::size_of::<Record>();
 
+/// Size of a [`Record`] in 64-bit words.
+pub const RECORD_WORDS: usize = RECORD_SIZE / 8;
+
+const _: () = assert!(RECORD_SIZE % 8 == 0 && core::mem::align_of::<Record>() == 8);
+
 impl Record {
     /// An all-zero record.
     pub const ZERO: Record = Record {
@@ -236,6 +241,15 @@ impl Record {
         unsafe { core::slice::from_raw_parts((self as *const Record).cast::<u8>(), RECORD_SIZE) }
     }
 
+    /// The record as 64-bit words (in memory order), for a writer that stores it word by
+    /// word instead of with a `memcpy()` call.
+    pub fn words(&self) -> [u64; RECORD_WORDS] {
+        // SAFETY: `Record` is `repr(C)` plain data without padding (see `as_bytes`), as
+        // large as `[u64; RECORD_WORDS]` and aligned to 8 (both asserted above): every
+        // byte is initialised and every bit pattern is a valid `u64`.
+        unsafe { core::mem::transmute::<Record, [u64; RECORD_WORDS]>(*self) }
+    }
+
     /// The task name as text (up to the first NUL).
     pub fn comm_str(&self) -> &str {
         let n = self
@@ -254,6 +268,7 @@ mod tests {
     #[test]
     fn record_has_no_padding_and_round_trips() {
         assert_eq!(RECORD_SIZE, 4 + 3 * 4 + 5 * 8 + 16);
+        assert_eq!(RECORD_WORDS * 8, RECORD_SIZE);
         let mut r = Record::ZERO;
         r.kind = Kind::Call as u8;
         r.pid = 42;

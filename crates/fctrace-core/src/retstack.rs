@@ -105,9 +105,12 @@ impl RetStack {
 
     /// The address the word at `retp` held, if it was replaced (and not restored).
     pub fn find(&self, retp: u64) -> Option<u64> {
+        // From the newest: the `retp` increase, so the search ends at the first above it
+        // (a new call's word, below every live entry, is answered at once).
         self.entries()
             .iter()
             .rev()
+            .take_while(|h| h.retp <= retp)
             .find(|h| h.retp == retp && !h.restored)
             .map(|h| h.orig)
     }
