@@ -23,13 +23,19 @@ const AHEAD_BUDGET: usize = 256;
 /// How many levels of direct callees are armed ahead below a function first called in
 /// atomic context. Deeper calls are learned the same way on later runs.
 const AHEAD_DEPTH: u8 = 4;
-/// Direct callees of a function armed for a waiting task that are armed before the task
-/// goes on, and how many more are queued for arming ahead.
-const SYNC_CALLEES: usize = 16;
+/// Levels of callees of a function armed for a waiting task that are armed before the
+/// task goes on, the most functions armed so, and the most time it may take
+/// (`Tracer::arm_sync_closure`).
+const SYNC_DEPTH: u8 = 3;
+const SYNC_BUDGET: usize = 128;
+const SYNC_NS: u64 = 1_000_000_000;
+/// The most functions that closure looks at (armed ones included).
+const SYNC_WALK: usize = 512;
+/// The most direct callees of such a function queued for arming ahead when that stops.
+const WANT_CALLEES: usize = 48;
 /// The most callees with an entry probe armed with a function a task waited for (see
 /// [`Tracer::arm_probe_closure`]).
 const PROBE_CLOSURE: usize = 64;
-const WANT_CALLEES: usize = 48;
 /// The most functions one round of arming ahead looks at (armed ones included).
 const AHEAD_WALK: usize = 4096;
 
@@ -383,59 +389,112 @@ impl Tracer {
             let armed = self.active.load(Ordering::Acquire)
                 && self.table.lookup(t) == FuncState::Unknown
                 && self.arm(inner, t) == FuncState::Armed;
-            // What it calls directly may run in atomic context (after it takes a lock),
-            // where the task cannot wait: the first of its callees are armed before the
-            // task goes on, the others ahead, in the background. Callees with an entry
-            // probe come first: once kprobes has optimized the probe, no task can wait
-            // there.
-            let mut callees = [0u64; SYNC_CALLEES + WANT_CALLEES];
-            let mut n = 0;
+            // What it calls may run in atomic context (after it takes a lock), where the
+            // task cannot wait: its callees are armed before the task goes on, and theirs
+            // (`arm_sync_closure`), its callees with an entry probe (and theirs) first:
+            // once kprobes has optimized such a probe, no task can wait there.
             if armed {
-                if let Some(f) = self.armed_func(inner, t) {
-                    for probe_first in [true, false] {
-                        for c in f.direct_callees() {
-                            if n == callees.len() {
-                                break;
-                            }
-                            let probed = self.hooks.bits(c) & HOOK_PROBE != 0;
-                            if probed == probe_first
-                                && self.table.lookup(c) == FuncState::Unknown
-                                && !callees[..n].contains(&c)
-                            {
-                                callees[n] = c;
-                                n += 1;
-                            }
+                let deadline = clock_ns() + SYNC_NS;
+                self.arm_probe_closure(inner, t, deadline);
+                self.arm_sync_closure(inner, t, deadline);
+            }
+            let _ = req.compare_exchange(t, 0, Ordering::AcqRel, Ordering::Relaxed);
+            wake_armed();
+        }
+    }
+
+    /// Arms the callees of `func` (armed), breadth first: those not armed yet, and
+    /// through the armed ones too, down to `SYNC_DEPTH` levels below it, until
+    /// `SYNC_BUDGET` functions are armed or the time is up (a slow kernel, the debug
+    /// one, arms fewer); then the direct callees of `func` still not armed are
+    /// queued for arming ahead (no more: each queued function is armed ahead with its
+    /// own callees, four levels deep), and `deadline` (on `clock_ns()`) is the time
+    /// limit. With the mutex held.
+    fn arm_sync_closure(&self, inner: &mut TracerInner, func: u64, deadline: u64) {
+        let mut armed = 0;
+        let mut todo: KVec<(u64, u8)> = KVec::new();
+        if todo.push((func, 0), GFP_KERNEL).is_err() {
+            return;
+        }
+        let mut next = 0;
+        while let Some(&(f, level)) = todo.get(next) {
+            next += 1;
+            if level >= SYNC_DEPTH {
+                continue;
+            }
+            let mut callees: KVec<u64> = KVec::new();
+            if let Some(af) = self.armed_func(inner, f) {
+                // Callees with an entry probe first: once kprobes has optimized the
+                // probe, no task can wait there.
+                for probe_first in [true, false] {
+                    for c in af.direct_callees() {
+                        let probed = self.hooks.bits(c) & HOOK_PROBE != 0;
+                        if probed == probe_first
+                            && !callees.contains(&c)
+                            && callees.push(c, GFP_KERNEL).is_err()
+                        {
+                            return;
                         }
                     }
                 }
             }
-            let (now, later) = callees[..n].split_at(n.min(SYNC_CALLEES));
-            for &c in now {
-                if !self.active.load(Ordering::Acquire) {
-                    break;
+            for c in callees {
+                if todo.iter().any(|&(x, _)| x == c) {
+                    continue;
                 }
-                if self.table.lookup(c) == FuncState::Unknown
-                    && self.arm(inner, c) == FuncState::Armed
+                match self.table.lookup(c) {
+                    FuncState::Unknown => {}
+                    FuncState::Armed => {
+                        if todo.len() >= SYNC_WALK || todo.push((c, level + 1), GFP_KERNEL).is_err()
+                        {
+                            return;
+                        }
+                        continue;
+                    }
+                    _ => continue,
+                }
+                if armed >= SYNC_BUDGET
+                    || clock_ns() >= deadline
+                    || !self.active.load(Ordering::Acquire)
                 {
-                    self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
+                    self.want_callees(inner, func);
+                    return;
                 }
-            }
-            if armed {
-                self.arm_probe_closure(inner, t, now);
-            }
-            let _ = req.compare_exchange(t, 0, Ordering::AcqRel, Ordering::Relaxed);
-            wake_armed();
-            for &c in later {
-                if !self.want_if_room(c) {
-                    break;
+                if self.arm(inner, c) == FuncState::Armed {
+                    armed += 1;
+                    self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
+                    if todo.push((c, level + 1), GFP_KERNEL).is_err() {
+                        return;
+                    }
                 }
             }
         }
     }
 
-    /// Arms the callees with an entry probe (`static_call.rs`) of `func` and `also`
-    /// (armed, or not: then they have none), of those, and so on, up to `PROBE_CLOSURE`
-    /// functions: once kprobes has optimized an
+    /// Queues the direct callees of `func` not armed yet for arming ahead, up to
+    /// `WANT_CALLEES`, into free places of the queue only (calls made in atomic context
+    /// keep theirs).
+    fn want_callees(&self, inner: &mut TracerInner, func: u64) {
+        let Some(f) = self.armed_func(inner, func) else {
+            return;
+        };
+        let mut n = 0;
+        for c in f.direct_callees() {
+            if n == WANT_CALLEES {
+                break;
+            }
+            if self.table.lookup(c) == FuncState::Unknown {
+                if !self.want_if_room(c) {
+                    break;
+                }
+                n += 1;
+            }
+        }
+    }
+
+    /// Arms the callees with an entry probe (`static_call.rs`) of `func` (armed, or not:
+    /// then it has none), of those, and so on, up to `PROBE_CLOSURE` functions or
+    /// `deadline` (on `clock_ns()`): once kprobes has optimized an
     /// entry probe no task can wait there, so a callee not armed by its first call would
     /// be a leaf then (`not followed: entry probe`). They are library code (the
     /// `vsnprintf()` family, string routines): a small closure. Direct callees reached
@@ -443,14 +502,13 @@ impl Tracer {
     /// arming them registers nothing) are armed too: a task may not be able to wait for
     /// them where they are called (`rep_movs_alternative()`, called with user access
     /// open), and the first run then follows them. With the mutex held.
-    pub(super) fn arm_probe_closure(&self, inner: &mut TracerInner, func: u64, also: &[u64]) {
+    pub(super) fn arm_probe_closure(&self, inner: &mut TracerInner, func: u64, deadline: u64) {
         let mut todo: KVec<u64> = KVec::new();
-        for &f in Iterator::chain(core::iter::once(&func), also) {
-            if todo.push(f, GFP_KERNEL).is_err() {
-                return;
-            }
+        if todo.push(func, GFP_KERNEL).is_err() {
+            return;
         }
         let mut next = 0;
+        let mut added = 0;
         while let Some(&f) = todo.get(next) {
             next += 1;
             let mut callees: KVec<u64> = KVec::new();
@@ -471,12 +529,16 @@ impl Tracer {
                 if self.hooks.bits(c) & HOOK_PROBE == 0 && !self.is_leaf_function(inner, c) {
                     continue;
                 }
-                if todo.len() > PROBE_CLOSURE || !self.active.load(Ordering::Acquire) {
+                if added >= PROBE_CLOSURE
+                    || clock_ns() >= deadline
+                    || !self.active.load(Ordering::Acquire)
+                {
                     return;
                 }
                 if self.table.lookup(c) == FuncState::Unknown
                     && self.arm(inner, c) == FuncState::Armed
                 {
+                    added += 1;
                     self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
                     if todo.push(c, GFP_KERNEL).is_err() {
                         return;

@@ -116,11 +116,16 @@ pub struct Cold {
     pub ftrace: u64,
     /// Agreement (%) over the functions both show, as the oracle selftests compute it.
     pub agreement: f64,
-    /// The same, of a second function_graph run with the first: the noise.
+    /// The same, of the two function_graph runs (before and after fctrace's): the noise.
     pub noise: Option<f64>,
+    /// Functions fctrace's first run shows `not followed: atomic`, and its second (warm)
+    /// run.
+    pub atomic: Option<u64>,
+    pub warm_atomic: Option<u64>,
 }
 
-/// Parses `BENCHCOLD name=.. fct=.. ftrace=.. agreement=.. ftrace_ftrace=..`.
+/// Parses `BENCHCOLD name=.. fct=.. ftrace=.. agreement=.. ftrace_ftrace=.. atomic=..
+/// warm_atomic=..`.
 pub fn parse_cold(console: &str) -> Vec<Cold> {
     let mut out = Vec::new();
     for line in console.lines() {
@@ -142,6 +147,8 @@ pub fn parse_cold(console: &str) -> Vec<Cold> {
             ftrace,
             agreement,
             noise: kv.get("ftrace_ftrace").and_then(|v| v.parse::<f64>().ok()),
+            atomic: int("atomic"),
+            warm_atomic: int("warm_atomic"),
         });
     }
     out
@@ -196,16 +203,21 @@ pub fn cold_table(cold: &[Cold], arm: &[ArmSample]) -> String {
     if !cold.is_empty() {
         let _ = writeln!(
             t,
-            "cold first run (fctrace's first run in a fresh session / function_graph's run, separately):"
+            "cold first run (fctrace's first run in a fresh session / function_graph's runs before and after it, separately;\n \
+             atomic: the functions it shows \"not followed: atomic\", in the first run / in a second, warm run):"
         );
         for c in cold {
             let noise = c.noise.map_or(String::new(), |n| {
-                format!(" (function_graph's next run: {n:.2}%)")
+                format!(" (function_graph's two runs: {n:.2}%)")
             });
+            let atomic = match (c.atomic, c.warm_atomic) {
+                (Some(a), Some(w)) => format!(", atomic {a} / {w}"),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 t,
-                "  {:<6} fctrace {:>5} calls, function_graph {:>5} calls, agreement {:>6.2}%{}",
-                c.name, c.fct, c.ftrace, c.agreement, noise
+                "  {:<6} fctrace {:>5} calls, function_graph {:>5} calls, agreement {:>6.2}%{}{}",
+                c.name, c.fct, c.ftrace, c.agreement, noise, atomic
             );
         }
     }
@@ -264,6 +276,17 @@ pub struct Row {
     pub complete: Option<(f64, u64)>,
 }
 
+impl Row {
+    /// What the traced task pays per call its tracer shows: the traced read's added time
+    /// (ratio - 1, in untraced reads) over the calls shown per read. The tracers show
+    /// different calls (fctrace also those into code ftrace cannot trace), so this
+    /// compares their cost per call.
+    pub fn added_per_call(&self) -> Option<f64> {
+        let (calls, _) = self.complete?;
+        (calls > 0.0).then(|| (self.traced.mean - 1.0) / calls)
+    }
+}
+
 /// One row per tracing mode, against the `none` runs.
 pub fn summarize(samples: &[Sample], complete: &[Complete]) -> Result<Vec<Row>> {
     let of = |m: &str| {
@@ -311,7 +334,7 @@ pub fn table(rows: &[Row]) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "{:<15} {:>4}  {:>24}  {:>24}  {:>24}  {:>24}  {:>10}  {:>7}",
+        "{:<15} {:>4}  {:>24}  {:>24}  {:>24}  {:>24}  {:>10}  {:>7}  {:>9}",
         "tracer",
         "reps",
         "other: same code",
@@ -319,7 +342,8 @@ pub fn table(rows: &[Row]) -> String {
         "other: stat()",
         "traced task",
         "calls/read",
-        "lost"
+        "lost",
+        "per call"
     );
     let cell = |r: &Ratio| format!("{:.3} [{:.3}-{:.3}]", r.mean, r.min, r.max);
     for r in rows {
@@ -327,9 +351,10 @@ pub fn table(rows: &[Row]) -> String {
             Some((c, l)) => (format!("{c:.1}"), l.to_string()),
             None => ("-".into(), "-".into()),
         };
+        let per_call = r.added_per_call().map_or("-".into(), |p| format!("{p:.3}"));
         let _ = writeln!(
             t,
-            "{:<15} {:>4}  {:>24}  {:>24}  {:>24}  {:>24}  {:>10}  {:>7}",
+            "{:<15} {:>4}  {:>24}  {:>24}  {:>24}  {:>24}  {:>10}  {:>7}  {:>9}",
             r.mode,
             r.reps,
             cell(&r.other),
@@ -337,7 +362,8 @@ pub fn table(rows: &[Row]) -> String {
             cell(&r.stat),
             cell(&r.traced),
             calls,
-            lost
+            lost,
+            per_call
         );
     }
     let _ = writeln!(
@@ -352,7 +378,14 @@ pub fn table(rows: &[Row]) -> String {
         t,
         " '!__schedule' hides the scheduler, which is then never armed; fctrace-lean: that and"
     );
-    let _ = writeln!(t, " disarm_after 1)");
+    let _ = writeln!(
+        t,
+        " disarm_after 1; per call: the traced task's added time per call shown, (traced task - 1) /"
+    );
+    let _ = writeln!(
+        t,
+        " calls/read, in untraced reads: fctrace also shows calls into code ftrace cannot trace)"
+    );
     t
 }
 
@@ -371,8 +404,9 @@ pub fn json(rows: &[Row], cold: &[Cold], arm: &[ArmSample]) -> String {
                 None => ("null".into(), "null".into()),
             };
             format!(
-                "    {{\"tracer\": \"{}\", \"reps\": {}, \"other_same_code_ratio\": {}, \"other_pingpong_ratio\": {}, \"other_stat_ratio\": {}, \"traced_task_ratio\": {}, \"calls_per_read\": {}, \"lost\": {}}}",
-                r.mode, r.reps, ratio(&r.other), ratio(&r.pingpong), ratio(&r.stat), ratio(&r.traced), calls, lost
+                "    {{\"tracer\": \"{}\", \"reps\": {}, \"other_same_code_ratio\": {}, \"other_pingpong_ratio\": {}, \"other_stat_ratio\": {}, \"traced_task_ratio\": {}, \"calls_per_read\": {}, \"lost\": {}, \"traced_added_per_call\": {}}}",
+                r.mode, r.reps, ratio(&r.other), ratio(&r.pingpong), ratio(&r.stat), ratio(&r.traced), calls, lost,
+                r.added_per_call().map_or("null".into(), |p| format!("{p:.4}"))
             )
         })
         .collect();
@@ -380,12 +414,14 @@ pub fn json(rows: &[Row], cold: &[Cold], arm: &[ArmSample]) -> String {
         .iter()
         .map(|c| {
             format!(
-                "    {{\"workload\": \"{}\", \"fctrace_calls\": {}, \"function_graph_calls\": {}, \"agreement_pct\": {:.2}, \"function_graph_next_run_pct\": {}}}",
+                "    {{\"workload\": \"{}\", \"fctrace_calls\": {}, \"function_graph_calls\": {}, \"agreement_pct\": {:.2}, \"function_graph_runs_pct\": {}, \"atomic_functions\": {}, \"warm_atomic_functions\": {}}}",
                 c.name,
                 c.fct,
                 c.ftrace,
                 c.agreement,
-                c.noise.map_or("null".into(), |n| format!("{n:.2}"))
+                c.noise.map_or("null".into(), |n| format!("{n:.2}")),
+                c.atomic.map_or("null".into(), |n| n.to_string()),
+                c.warm_atomic.map_or("null".into(), |n| n.to_string())
             )
         })
         .collect();
@@ -464,7 +500,7 @@ BENCH done
     #[test]
     fn parses_cold_and_arming() {
         let out = "\
-BENCHCOLD name=open fct=190 ftrace=166 agreement=98.50 ftrace_ftrace=99.10
+BENCHCOLD name=open fct=190 ftrace=166 agreement=98.50 ftrace_ftrace=99.10 atomic=3 warm_atomic=0
 BENCHARM t=0 funcs=3 reg_us=0 regs=1 hooks=5 probes=2
 BENCHARM t=2 funcs=120 reg_us=240000 regs=9 hooks=50 probes=20
 BENCHARM t=4 funcs=1000 reg_us=1000000 regs=90 hooks=500 probes=200
@@ -475,6 +511,7 @@ BENCHARM t=6 funcs=1200 reg_us=1600000 regs=99 hooks=600 probes=220
         assert_eq!((c[0].fct, c[0].ftrace), (190, 166));
         assert!((c[0].agreement - 98.5).abs() < 1e-9);
         assert_eq!(c[0].noise, Some(99.1));
+        assert_eq!((c[0].atomic, c[0].warm_atomic), (Some(3), Some(0)));
         let a = parse_arm(out);
         assert_eq!(a.len(), 4);
         let (ms, lo, hi) = arm_cost(&a, 0, 100).unwrap();
@@ -484,6 +521,7 @@ BENCHARM t=6 funcs=1200 reg_us=1600000 regs=99 hooks=600 probes=220
         assert_eq!((lo, hi), (1000, 1200));
         assert!((ms - 3.0).abs() < 1e-9);
         assert!(cold_table(&c, &a).contains("agreement  98.50%"));
+        assert!(cold_table(&c, &a).contains("atomic 3 / 0"));
     }
 
     #[test]
@@ -509,6 +547,10 @@ BENCHARM t=6 funcs=1200 reg_us=1600000 regs=99 hooks=600 probes=220
         assert!(j.contains("\"tracer\": \"ftrace\""));
         assert!(j.contains("\"other_pingpong_ratio\": {\"mean\": 1.5000"));
         assert!(j.contains("\"calls_per_read\": 13.00, \"lost\": 2"));
+        // fctrace: traced 3.5 over 30 calls per read.
+        assert!((f.added_per_call().unwrap() - 2.5 / 30.0).abs() < 1e-9);
+        assert!(j.contains("\"traced_added_per_call\": 0.0833"));
+        assert_eq!(rows[0].added_per_call(), None);
         let t = table(&rows);
         assert!(t.contains("fctrace") && t.contains("30.0"));
     }
