@@ -394,9 +394,15 @@ impl Tracer {
             // (`arm_sync_closure`), its callees with an entry probe (and theirs) first:
             // once kprobes has optimized such a probe, no task can wait there.
             if armed {
-                let deadline = clock_ns() + SYNC_NS;
-                self.arm_probe_closure(inner, t, deadline);
-                self.arm_sync_closure(inner, t, deadline);
+                self.arm_probe_closure(inner, t, &[]);
+                let mut closure: KVec<u64> = KVec::new();
+                self.arm_sync_closure(inner, t, &mut closure, clock_ns() + SYNC_NS);
+                // And those of each function the closure armed (it is as if the task had
+                // waited there: its own library closure, the `vsnprintf()` family of
+                // `seq_vprintf()`, not a share of one budget).
+                for &f in closure.iter() {
+                    self.arm_probe_closure(inner, f, &[]);
+                }
             }
             let _ = req.compare_exchange(t, 0, Ordering::AcqRel, Ordering::Relaxed);
             wake_armed();
@@ -405,12 +411,18 @@ impl Tracer {
 
     /// Arms the callees of `func` (armed), breadth first: those not armed yet, and
     /// through the armed ones too, down to `SYNC_DEPTH` levels below it, until
-    /// `SYNC_BUDGET` functions are armed or the time is up (a slow kernel, the debug
-    /// one, arms fewer); then the direct callees of `func` still not armed are
-    /// queued for arming ahead (no more: each queued function is armed ahead with its
-    /// own callees, four levels deep), and `deadline` (on `clock_ns()`) is the time
-    /// limit. With the mutex held.
-    fn arm_sync_closure(&self, inner: &mut TracerInner, func: u64, deadline: u64) {
+    /// `SYNC_BUDGET` functions are armed or `deadline` (on `clock_ns()`) has passed (a
+    /// slow kernel, the debug one, arms fewer). Then the direct callees of `func` still
+    /// not armed are queued for arming ahead (no more: each queued function is armed
+    /// ahead with its own callees, four levels deep). `closure` gets what it armed. With
+    /// the mutex held.
+    fn arm_sync_closure(
+        &self,
+        inner: &mut TracerInner,
+        func: u64,
+        closure: &mut KVec<u64>,
+        deadline: u64,
+    ) {
         let mut armed = 0;
         let mut todo: KVec<(u64, u8)> = KVec::new();
         if todo.push((func, 0), GFP_KERNEL).is_err() {
@@ -463,7 +475,9 @@ impl Tracer {
                 if self.arm(inner, c) == FuncState::Armed {
                     armed += 1;
                     self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
-                    if todo.push((c, level + 1), GFP_KERNEL).is_err() {
+                    if todo.push((c, level + 1), GFP_KERNEL).is_err()
+                        || closure.push(c, GFP_KERNEL).is_err()
+                    {
                         return;
                     }
                 }
@@ -492,9 +506,9 @@ impl Tracer {
         }
     }
 
-    /// Arms the callees with an entry probe (`static_call.rs`) of `func` (armed, or not:
-    /// then it has none), of those, and so on, up to `PROBE_CLOSURE` functions or
-    /// `deadline` (on `clock_ns()`): once kprobes has optimized an
+    /// Arms the callees with an entry probe (`static_call.rs`) of `func` and `also`
+    /// (armed, or not: then they have none), of those, and so on, up to `PROBE_CLOSURE`
+    /// functions: once kprobes has optimized an
     /// entry probe no task can wait there, so a callee not armed by its first call would
     /// be a leaf then (`not followed: entry probe`). They are library code (the
     /// `vsnprintf()` family, string routines): a small closure. Direct callees reached
@@ -502,10 +516,12 @@ impl Tracer {
     /// arming them registers nothing) are armed too: a task may not be able to wait for
     /// them where they are called (`rep_movs_alternative()`, called with user access
     /// open), and the first run then follows them. With the mutex held.
-    pub(super) fn arm_probe_closure(&self, inner: &mut TracerInner, func: u64, deadline: u64) {
+    pub(super) fn arm_probe_closure(&self, inner: &mut TracerInner, func: u64, also: &[u64]) {
         let mut todo: KVec<u64> = KVec::new();
-        if todo.push(func, GFP_KERNEL).is_err() {
-            return;
+        for &f in Iterator::chain(core::iter::once(&func), also) {
+            if todo.push(f, GFP_KERNEL).is_err() {
+                return;
+            }
         }
         let mut next = 0;
         let mut added = 0;
@@ -529,10 +545,7 @@ impl Tracer {
                 if self.hooks.bits(c) & HOOK_PROBE == 0 && !self.is_leaf_function(inner, c) {
                     continue;
                 }
-                if added >= PROBE_CLOSURE
-                    || clock_ns() >= deadline
-                    || !self.active.load(Ordering::Acquire)
-                {
+                if added >= PROBE_CLOSURE || !self.active.load(Ordering::Acquire) {
                     return;
                 }
                 if self.table.lookup(c) == FuncState::Unknown
