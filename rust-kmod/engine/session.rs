@@ -96,7 +96,7 @@ impl Tracer {
             }
             // No task waits for the start function: its callees with an entry probe are
             // armed with it (see `wait.rs`).
-            self.arm_probe_closure(inner, root, &[]);
+            self.arm_probe_closure(inner, root);
         }
         let root_hook = if root.is_some() {
             Hook::Root

@@ -394,14 +394,14 @@ impl Tracer {
             // (`arm_sync_closure`), its callees with an entry probe (and theirs) first:
             // once kprobes has optimized such a probe, no task can wait there.
             if armed {
-                self.arm_probe_closure(inner, t, &[]);
+                self.arm_probe_closure(inner, t);
                 let mut closure: KVec<u64> = KVec::new();
                 self.arm_sync_closure(inner, t, &mut closure, clock_ns() + SYNC_NS);
                 // And those of each function the closure armed (it is as if the task had
                 // waited there: its own library closure, the `vsnprintf()` family of
                 // `seq_vprintf()`, not a share of one budget).
                 for &f in closure.iter() {
-                    self.arm_probe_closure(inner, f, &[]);
+                    self.arm_probe_closure(inner, f);
                 }
             }
             let _ = req.compare_exchange(t, 0, Ordering::AcqRel, Ordering::Relaxed);
@@ -423,7 +423,6 @@ impl Tracer {
         closure: &mut KVec<u64>,
         deadline: u64,
     ) {
-        let mut armed = 0;
         let mut todo: KVec<(u64, u8)> = KVec::new();
         if todo.push((func, 0), GFP_KERNEL).is_err() {
             return;
@@ -465,7 +464,7 @@ impl Tracer {
                     }
                     _ => continue,
                 }
-                if armed >= SYNC_BUDGET
+                if closure.len() >= SYNC_BUDGET
                     || clock_ns() >= deadline
                     || !self.active.load(Ordering::Acquire)
                 {
@@ -473,7 +472,6 @@ impl Tracer {
                     return;
                 }
                 if self.arm(inner, c) == FuncState::Armed {
-                    armed += 1;
                     self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
                     if todo.push((c, level + 1), GFP_KERNEL).is_err()
                         || closure.push(c, GFP_KERNEL).is_err()
@@ -506,9 +504,9 @@ impl Tracer {
         }
     }
 
-    /// Arms the callees with an entry probe (`static_call.rs`) of `func` and `also`
-    /// (armed, or not: then they have none), of those, and so on, up to `PROBE_CLOSURE`
-    /// functions: once kprobes has optimized an
+    /// Arms the callees with an entry probe (`static_call.rs`) of `func` (armed, or not:
+    /// then it has none), of those, and so on, up to `PROBE_CLOSURE` functions: once
+    /// kprobes has optimized an
     /// entry probe no task can wait there, so a callee not armed by its first call would
     /// be a leaf then (`not followed: entry probe`). They are library code (the
     /// `vsnprintf()` family, string routines): a small closure. Direct callees reached
@@ -516,12 +514,10 @@ impl Tracer {
     /// arming them registers nothing) are armed too: a task may not be able to wait for
     /// them where they are called (`rep_movs_alternative()`, called with user access
     /// open), and the first run then follows them. With the mutex held.
-    pub(super) fn arm_probe_closure(&self, inner: &mut TracerInner, func: u64, also: &[u64]) {
+    pub(super) fn arm_probe_closure(&self, inner: &mut TracerInner, func: u64) {
         let mut todo: KVec<u64> = KVec::new();
-        for &f in Iterator::chain(core::iter::once(&func), also) {
-            if todo.push(f, GFP_KERNEL).is_err() {
-                return;
-            }
+        if todo.push(func, GFP_KERNEL).is_err() {
+            return;
         }
         let mut next = 0;
         let mut added = 0;
