@@ -179,15 +179,15 @@ pub(crate) fn render(tr: &Tracer, id: FileId, t: &mut Text) -> core::fmt::Result
 fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     let s = &tr.stats;
     let n = |c: &core::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    let lost = n(&s.write_failed) + tr.buf.overruns();
+    let (written, lost, left) = tr.buf.counts(&tr.reading.lock());
     writeln!(
         t,
         "tracing: {}",
         u8::from(tr.active.load(Ordering::Relaxed))
     )?;
-    writeln!(t, "events_written: {}", n(&s.written))?;
+    writeln!(t, "events_written: {}", written)?;
     writeln!(t, "events_lost: {}", lost)?;
-    writeln!(t, "events_in_buffer: {}", tr.buf.entries())?;
+    writeln!(t, "events_in_buffer: {}", left)?;
     writeln!(t, "readers: {}", tr.readers.load(Ordering::Relaxed))?;
     writeln!(t, "functions_armed: {}", tr.armed_functions_published())?;
     writeln!(t, "functions_refused: {}", n(&s.funcs_refused))?;
@@ -339,7 +339,7 @@ pub(crate) fn write(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Resul
             Ok(())
         }
         FileId::Trace => {
-            tr.buf.reset();
+            tr.buf.reset(&mut tr.reading.lock());
             Ok(())
         }
         FileId::Readme | FileId::Stats | FileId::TracePipe => Err(EPERM),

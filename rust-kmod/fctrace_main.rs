@@ -29,6 +29,9 @@ mod bindings {
 
 // The host-tested, no_std logic, compiled here from the same files.
 #[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-core/src/batch.rs"]
+mod batch;
+#[allow(dead_code, unreachable_pub)]
 #[path = "../crates/fctrace-decode/src/decode.rs"]
 mod decode;
 #[allow(dead_code, unreachable_pub)]

@@ -454,7 +454,7 @@ impl FileKind for PipeFile {
                 }
                 return Ok(n);
             }
-            reader::drain(tr, &mut g.text, count.min(READ_CHUNK)).map_err(|_| ENOMEM)?;
+            reader::drain(tr, &mut g.text, count.min(READ_CHUNK))?;
             // Room was made: a task waiting for it (lossless) may go on.
             // SAFETY: a C helper, process context.
             unsafe { bindings::fctrace_throttle_wake() };

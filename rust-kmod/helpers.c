@@ -23,6 +23,8 @@
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
 #include <linux/sched/task_stack.h>
+#include <linux/smp.h>
+#include <linux/cpuhotplug.h>
 #include <linux/sysfs.h>
 #include <linux/tracepoint.h>
 #include <linux/trace_clock.h>
@@ -328,8 +330,9 @@ static void fctrace_wake_fn(struct irq_work *work)
 static struct irq_work fctrace_wake_work = IRQ_WORK_INIT(fctrace_wake_fn);
 
 /*
- * Called after every record. wq_has_sleeper()'s barrier pairs with the one a reader
- * passes between joining the queue and checking the buffer (prepare_to_wait(), or the
+ * Called when records arrive (buffer.rs: a batch in the ring buffer, or the first record
+ * staged on a CPU). wq_has_sleeper()'s barrier pairs with the one a reader passes
+ * between joining the queue and checking for records (prepare_to_wait(), or the
  * smp_mb() after poll_wait() below): either the reader sees the record or we see the
  * reader, so a blocked reader is never stranded with events in the buffer. (Without
  * the barrier the two checks can pass each other; a periodic recheck then had to cover
@@ -341,18 +344,36 @@ void fctrace_wake_readers(void)
 		irq_work_queue(&fctrace_wake_work);
 }
 
-int fctrace_wait_readable(struct trace_buffer *rb)
+/* Readers wait until ready(arg): records in the ring buffer or staged on some CPU. */
+int fctrace_wait_ready(bool (*ready)(void *arg), void *arg)
 {
-	return wait_event_interruptible(fctrace_waitq, !ring_buffer_empty(rb));
+	return wait_event_interruptible(fctrace_waitq, ready(arg));
 }
 
-unsigned int fctrace_poll_wait(struct file *file, struct poll_table_struct *pt,
-			       struct trace_buffer *rb)
+unsigned int fctrace_poll_ready(struct file *file, struct poll_table_struct *pt,
+				bool (*ready)(void *arg), void *arg)
 {
 	poll_wait(file, &fctrace_waitq, pt);
 	/* pairs with wq_has_sleeper() in fctrace_wake_readers(), as sock_poll_wait() */
 	smp_mb();
-	return ring_buffer_empty(rb) ? 0 : (EPOLLIN | EPOLLRDNORM);
+	return ready(arg) ? (EPOLLIN | EPOLLRDNORM) : 0;
+}
+
+/*
+ * Runs func(info) on every CPU for which cond(cpu, info) holds, with interrupts off
+ * there, and waits for all of them. Process context (it may wait); not with interrupts
+ * off.
+ */
+void fctrace_flush_cpus(bool (*cond)(int cpu, void *info), void (*func)(void *info),
+			void *info)
+{
+	on_each_cpu_cond(cond, func, info, true);
+}
+
+/* A reader waits up to ms milliseconds for staged records to fill up; nonzero on a signal. */
+int fctrace_reader_nap(unsigned int ms)
+{
+	return msleep_interruptible(ms) ? -ERESTARTSYS : 0;
 }
 
 void fctrace_wake_sync(void)
@@ -535,6 +556,41 @@ void fctrace_exit_hook_unregister(void)
 	tracepoint_probe_unregister(fctrace_exit_tp, fctrace_exit_probe, NULL);
 	tracepoint_synchronize_unregister();
 	fctrace_exit_tp = NULL;
+}
+
+/*
+ * A CPU going offline flushes its staging area first (buffer.rs), on that CPU: after the
+ * scheduler stopped running tasks there (CPUHP_AP_ACTIVE comes down before
+ * CPUHP_AP_ONLINE_DYN), so what it staged is not stranded until it comes back.
+ */
+static enum cpuhp_state fctrace_cpuhp_state;
+
+static int fctrace_cpu_down(unsigned int cpu)
+{
+	unsigned long flags;
+
+	local_irq_save(flags);
+	fctrace_flush_this_cpu();
+	local_irq_restore(flags);
+	return 0;
+}
+
+int fctrace_cpu_down_register(void)
+{
+	int ret = cpuhp_setup_state_nocalls(CPUHP_AP_ONLINE_DYN, "fctrace:staging", NULL,
+					    fctrace_cpu_down);
+
+	if (ret < 0)
+		return ret;
+	fctrace_cpuhp_state = ret;
+	return 0;
+}
+
+void fctrace_cpu_down_unregister(void)
+{
+	if (fctrace_cpuhp_state > 0)
+		cpuhp_remove_state_nocalls(fctrace_cpuhp_state);
+	fctrace_cpuhp_state = 0;
 }
 
 void fctrace_sleep_idle(unsigned int ms)

@@ -70,10 +70,17 @@ int fctrace_kprobe_fix_long_call(struct kprobe *p);
 struct file;
 struct poll_table_struct;
 void fctrace_wake_readers(void);
-/* A trace_pipe reader waits until rb has an event (or a signal comes). */
-int fctrace_wait_readable(struct trace_buffer *rb);
-unsigned int fctrace_poll_wait(struct file *file, struct poll_table_struct *pt,
-			       struct trace_buffer *rb);
+/* A trace_pipe reader waits until ready(arg) (or a signal comes). */
+int fctrace_wait_ready(bool (*ready)(void *arg), void *arg);
+unsigned int fctrace_poll_ready(struct file *file, struct poll_table_struct *pt,
+				bool (*ready)(void *arg), void *arg);
+void fctrace_flush_cpus(bool (*cond)(int cpu, void *info), void (*func)(void *info),
+			void *info);
+int fctrace_reader_nap(unsigned int ms);
+/* CPU hotplug: a CPU going down calls fctrace_flush_this_cpu() (Rust), interrupts off. */
+int fctrace_cpu_down_register(void);
+void fctrace_cpu_down_unregister(void);
+void fctrace_flush_this_cpu(void);
 void fctrace_wake_sync(void);
 /*
  * lossless option: a traced task waits in the trampoline until the reader has consumed

@@ -22,7 +22,7 @@ fn options(tr: &Tracer) -> Options {
     }
 }
 
-/// Appends the line(s) for `ev` (a lost-events marker first, if events were lost before it).
+/// Appends the line(s) for `ev` (a lost-events marker first, if records were lost before it).
 fn render(t: &mut Text, ev: &Event, opts: Options, sym: &mut SymBuf) -> core::fmt::Result {
     if ev.lost != 0 {
         format::write_lost(t, ev.cpu, ev.lost)?;
@@ -31,23 +31,23 @@ fn render(t: &mut Text, ev: &Event, opts: Options, sym: &mut SymBuf) -> core::fm
     format::write_record(t, &ev.rec, name, opts)
 }
 
-/// Consumes events from `buf` into `t` until `t` holds at least `want` bytes or the
-/// buffer is empty. Each record is one line: a call that returned before anything was
-/// recorded inside it is one record already (`Kind::Whole`), and a call record is only
-/// written when something inside it is, so a call and its return are never merged here
-/// (across CPUs whose clocks differ slightly, the return could come out before what the
-/// call did: merging would hide that).
-pub(crate) fn drain(tr: &Tracer, t: &mut Text, want: usize) -> core::fmt::Result {
+/// Consumes records into `t` until it holds at least `want` bytes or nothing is left to
+/// read. Each record is one line: a call that returned before anything was recorded
+/// inside it is one record already (`Kind::Whole`), and a call record is only written
+/// when something inside it is, so a call and its return are never merged here (across
+/// CPUs whose clocks differ slightly, the return could come out before what the call
+/// did: merging would hide that).
+pub(crate) fn drain(tr: &Tracer, t: &mut Text, want: usize) -> Result {
     let opts = options(tr);
     let buf: &Buffer = &tr.buf;
-    let mut sym = SymBuf::new().map_err(|_| core::fmt::Error)?;
-    while t.0.len() < want {
-        let Some(ev) = buf.consume_oldest() else {
-            break;
-        };
-        render(t, &ev, opts, &mut sym)?;
-    }
-    Ok(())
+    let mut sym = SymBuf::new()?;
+    let mut rs = tr.reading.lock();
+    let mut res = Ok(());
+    buf.consume(&mut rs, |ev| {
+        res = render(t, ev, opts, &mut sym);
+        res.is_ok() && t.0.len() < want
+    })?;
+    res.map_err(|_| ENOMEM)
 }
 
 /// An open `trace` file: the buffer's events as they were at open, not consumed, turned
@@ -66,15 +66,17 @@ impl TraceReader {
     pub(crate) fn new(st: &'static Tracer) -> Result<Self> {
         let mut t = Text::new();
         t.0.extend_from_slice(format::HEADER.as_bytes(), GFP_KERNEL)?;
-        // Events overwritten before this snapshot: the trace below starts after them.
-        for cpu in 0..st.buf.cpus() {
-            let lost = st.buf.overrun_cpu(cpu);
-            if lost != 0 {
-                format::write_lost(&mut t, cpu, lost).map_err(|_| ENOMEM)?;
+        let snap = st.buf.snapshot()?;
+        // Records lost before this snapshot: the trace below starts after them.
+        let mut lost = KVec::new();
+        st.buf.lost_per_cpu(&st.reading.lock(), &mut lost)?;
+        for (cpu, &n) in lost.iter().enumerate() {
+            if n != 0 {
+                format::write_lost(&mut t, cpu as u32, n).map_err(|_| ENOMEM)?;
             }
         }
         Ok(TraceReader {
-            snap: st.buf.snapshot()?,
+            snap,
             text: t,
             off: 0,
             pos: 0,

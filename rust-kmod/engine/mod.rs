@@ -50,7 +50,7 @@ pub(crate) use arming::Func;
 pub(crate) use handlers::Hook;
 
 use crate::bindings;
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, ReadState};
 use crate::error_log::ErrorLog;
 use crate::kprobe::Probe;
 use crate::parse::{FilterPattern, OptionName, OPTIONS};
@@ -94,6 +94,15 @@ pub(crate) fn tracer() -> Option<&'static Tracer> {
     // and cleared in `TracerHandle::drop` only after every probe and file is gone and no
     // task can be in the trampoline; callers never keep the reference past their callback.
     unsafe { p.as_ref() }
+}
+
+/// The CPU hotplug callback (helpers.c) of a CPU going down, on that CPU with interrupts
+/// off: its staged records go into the ring buffer.
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_flush_this_cpu() {
+    if let Some(tr) = tracer() {
+        tr.buf.flush_local();
+    }
 }
 
 /// The scheduler clock in ns (`trace_clock_local()`, ftrace's default clock): the trace's
@@ -169,8 +178,6 @@ fn read_kernel(addr: u64, buf: &mut [u8]) -> bool {
 /// Event counters shown in `stats`.
 #[derive(Default)]
 pub(crate) struct Stats {
-    pub(crate) written: AtomicU64,
-    pub(crate) write_failed: AtomicU64,
     pub(crate) reasons: [AtomicU64; Reason::COUNT],
     pub(crate) task_overflow: AtomicU64,
     pub(crate) armed_ahead: AtomicU64,
@@ -337,6 +344,9 @@ pub(crate) struct Tracer {
     #[pin]
     pub(crate) errors: Mutex<ErrorLog>,
     pub(crate) buf: Buffer,
+    /// Where `trace_pipe` readers are in the buffer.
+    #[pin]
+    pub(crate) reading: Mutex<ReadState>,
     pub(crate) settings: Settings,
     /// Traced processes (thread-group ids), 0 = free.
     pub(crate) traced: [AtomicU32; MAX_PIDS],
@@ -522,11 +532,13 @@ impl TracerHandle {
         let trees = tree::Trees::new()?;
         let returns = returns::Returns::new()?;
         let buf = Buffer::new(DEFAULT_BUFFER_KB * 1024)?;
+        let reading = ReadState::new()?;
         let tracer = KBox::pin_init(
             pin_init!(Tracer {
                 inner <- new_mutex!(TracerInner::new()),
                 errors <- new_mutex!(ErrorLog::new()),
                 buf,
+                reading <- new_mutex!(reading),
                 settings: Settings::new(),
                 traced: [const { AtomicU32::new(0) }; MAX_PIDS],
                 traced_mask: AtomicU64::new(0),
@@ -557,6 +569,16 @@ impl TracerHandle {
             TRACER.store(core::ptr::null_mut(), Ordering::Release);
             return Err(Error::from_errno(r));
         }
+        // SAFETY: a C helper registering a CPU hotplug callback of this module (it calls
+        // `fctrace_flush_this_cpu()`, which finds the tracer through `TRACER`);
+        // unregistered in `drop`, or right here on failure.
+        let r = unsafe { bindings::fctrace_cpu_down_register() };
+        if r != 0 {
+            // SAFETY: registered just above.
+            unsafe { bindings::fctrace_exit_hook_unregister() };
+            TRACER.store(core::ptr::null_mut(), Ordering::Release);
+            return Err(Error::from_errno(r));
+        }
         Ok(TracerHandle(tracer))
     }
 }
@@ -569,6 +591,8 @@ impl Drop for TracerHandle {
         tr.wait_returns();
         // SAFETY: registered in `new`; waits for running probes of the tracepoint.
         unsafe { bindings::fctrace_exit_hook_unregister() };
+        // SAFETY: registered in `new`; waits for a callback in progress.
+        unsafe { bindings::fctrace_cpu_down_unregister() };
         TRACER.store(core::ptr::null_mut(), Ordering::Release);
     }
 }
