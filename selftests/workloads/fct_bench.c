@@ -5,7 +5,9 @@
  * With N = 0 it reads until SIGUSR1 arrives. With FCT_BENCH_OP=stat it stat()s FILE
  * instead of reading it. Used by `cargo xtask bench` both as the traced busy process
  * (N = 0, stopped when the other tasks are done) and as the untraced "other tasks".
- * Waits at the start gate (fct_gate.h) unless FCT_NOGATE is set.
+ * Waits at the start gate (fct_gate.h) unless FCT_NOGATE is set. With FCT_SYNC set it
+ * calls sync() just before and just after the loop: `cargo xtask icount` counts the
+ * instructions executed between the two (its QEMU plugin toggles on ksys_sync()).
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -50,6 +52,8 @@ int main(int argc, char **argv)
 		perror(file);
 		return 1;
 	}
+	if (getenv("FCT_SYNC"))
+		sync();
 	t0 = now_ns();
 	if (getenv("FCT_BENCH_OP") && !strcmp(getenv("FCT_BENCH_OP"), "stat")) {
 		struct stat st;
@@ -62,6 +66,9 @@ int main(int argc, char **argv)
 			if (pread(fd, buf, sizeof(buf), 0) < 0)
 				return 1;
 	}
-	printf("ns %lld\nops %ld\n", now_ns() - t0, i);
+	t0 = now_ns() - t0;
+	if (getenv("FCT_SYNC"))
+		sync();
+	printf("ns %lld\nops %ld\n", t0, i);
 	return 0;
 }

@@ -14,6 +14,7 @@
 mod bench;
 mod demo;
 mod fmt;
+mod icount;
 mod initramfs;
 mod kernel;
 mod module;
@@ -74,6 +75,8 @@ enum Command {
     Demo(vm::VmOpts),
     /// Overhead of fctrace vs ftrace function_graph vs none (JSON in target/fctrace)
     Bench(bench::BenchArgs),
+    /// Guest instructions per traced read, counted by a QEMU plugin, and where they go
+    Icount(icount::IcountArgs),
     /// Format the workspace crates, xtask and the kernel module with rustfmt
     Fmt(fmt::FmtArgs),
 }
@@ -92,6 +95,7 @@ fn main() {
         Some(Command::Test(args)) => test::cmd(args),
         Some(Command::Demo(opts)) => demo::cmd(opts),
         Some(Command::Bench(args)) => bench::cmd(args),
+        Some(Command::Icount(args)) => icount::cmd(args),
         Some(Command::Fmt(args)) => fmt::cmd(args),
     };
     match result {
