@@ -297,23 +297,37 @@ cold() { # name roots cmd...
     grep -B2 'not followed: atomic' /tmp/cold.warm | sed 's/^/# warm '"$name"': /'
 }
 
-# Arming: all system calls of a shell running `ls -lR` of /proc/sys and parts of /sys,
-# cat of /proc files, ps, mount, df, dmesg, find (a wide workload), traced from a fresh
-# session; every 2 s, what is armed and what
+# Arming: all system calls of a shell and of the processes it starts (follow-forks):
+# `ls -lR` of /proc/sys and parts of /sys, cat of every readable file of /proc and /sys
+# (each has its own show function; not the ones that block or are huge: kmsg, kcore,
+# trace pipes), ps, mount, df, dmesg, find, file operations on tmpfs and a tmpfs mount
+# (a wide workload), traced from a fresh session; every 2 s, what is armed and what
 # arming took so far. Cut after $ARM_LIMIT seconds. One line per sample:
 #   BENCHARM t=.. funcs=.. reg_us=.. regs=.. hooks=.. probes=..
-ARM_LIMIT=${ARM_LIMIT:-150}
+ARM_LIMIT=${ARM_LIMIT:-400}
 arming() {
     echo > $F/set_pid
     echo > $F/trace
     echo > $F/start_function
     echo 0 > $F/disarm_after
     echo 1024 > $F/buffer_size_kb
+    echo follow-forks > $F/options
     rm -f $FCT_GATE
     sh -c 'while [ ! -e $FCT_GATE ]; do sleep 0.05; done
         for d in /proc/sys /sys/kernel /sys/devices /sys/class /proc/self; do ls -lR $d; done
         for f in /proc/[0-9]*/status /proc/[0-9]*/maps /proc/*info /proc/vmstat; do cat $f; done
-        ps; mount; df; dmesg; uname -a; find / -xdev -maxdepth 3; sh -c true' > /dev/null 2>&1 &
+        ps; mount; df; dmesg; uname -a; find / -xdev -maxdepth 3; sh -c true
+        for f in /proc/self/* /proc/1/* /proc/* /proc/sys/*/* /proc/sys/*/*/*; do
+            case $f in *kmsg|*kcore|*pagemap|*/mem|*/clear_refs) continue ;; esac
+            [ -f $f ] && cat $f
+        done
+        find /sys -type f -perm -444 | grep -v -e fctrace -e tracing -e debug |
+            while read f; do cat $f; done
+        mkdir -p /tmp/arm/a/b && cd /tmp/arm && for i in 1 2 3 4 5 6 7 8; do echo $i > f$i; done
+        ln -s f1 s1; ln f2 h2; chmod 600 f3; mv f4 a/b/; cp -r a c; dd if=/dev/zero of=z bs=4k count=16
+        sort f*; gzip -c z > z.gz; tar cf /tmp/arm.tar . ; mkfifo p; rm -rf /tmp/arm /tmp/arm.tar
+        mkdir -p /tmp/armmnt && mount -t tmpfs none /tmp/armmnt && echo x > /tmp/armmnt/x &&
+            umount /tmp/armmnt; kill -0 $$; sleep 0.1' > /dev/null 2>&1 &
     A=$!
     echo $A > $F/set_pid
     r0=$(stat_value probe_registration_us)
@@ -331,6 +345,7 @@ arming() {
     done
     echo > $F/set_pid
     echo 30 > $F/disarm_after
+    echo nofollow-forks > $F/options
 }
 
 cold open "__x64_sys_openat __x64_sys_close" fct_ops open /proc/version

@@ -224,7 +224,7 @@ pub fn cold_table(cold: &[Cold], arm: &[ArmSample]) -> String {
     if let Some(last) = arm.last() {
         let _ = writeln!(
             t,
-            "arming (all system calls of a shell running ls -lR, cat, ps, find...; {} s): {} functions armed",
+            "arming (all system calls of a shell and its children: ls -lR, cat of /proc and /sys files, ps, find, tmpfs...; {} s): {} functions armed",
             last.t, last.funcs
         );
         let top = last.funcs;
