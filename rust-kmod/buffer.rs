@@ -211,13 +211,14 @@ impl Buffer {
         (self as *const Buffer).cast_mut().cast()
     }
 
-    /// Stages a record on this CPU (a full staging area goes into the ring buffer).
-    /// Safe from any context; interrupts are off meanwhile.
-    pub(crate) fn write(&self, r: &Record) {
-        let words: [u64; RECORD_WORDS] = r.words();
+    /// Stages a record on this CPU (a full staging area goes into the ring buffer), with
+    /// its `cpu` set to it. Safe from any context; interrupts are off meanwhile.
+    pub(crate) fn write(&self, r: &mut Record) {
         // SAFETY: a C wrapper of local_irq_save(), restored below.
         let flags = unsafe { bindings::fctrace_irq_save() };
         let cpu = this_cpu();
+        r.cpu = cpu;
+        let words: [u64; RECORD_WORDS] = r.words();
         if let Some(st) = self.stages.get(cpu as usize) {
             if st.busy.load(Ordering::Relaxed) {
                 // Only a breakpoint inside this very function could nest here.

@@ -193,7 +193,6 @@ impl Sink for Recorder<'_> {
         };
         r.pid = self.cur.pid;
         r.tgid = self.cur.tgid;
-        r.cpu = this_cpu();
         // SAFETY: a C accessor of `current`, writing 16 bytes into `comm`.
         unsafe { bindings::fctrace_current_comm(r.comm.as_mut_ptr()) };
         self.tr.write(r);
@@ -370,8 +369,8 @@ impl Tracer {
         slot.pid.store(0, Ordering::Release);
     }
 
-    /// Writes a record to the ring buffer, counting it.
-    fn write(&self, r: &Record) {
+    /// Writes a record to the buffer (its `cpu` set to this CPU's).
+    fn write(&self, r: &mut Record) {
         self.buf.write(r);
     }
 }
