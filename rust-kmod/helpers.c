@@ -119,6 +119,11 @@ void fctrace_current_ids(u32 *pid, u32 *tgid)
 	*tgid = current->tgid;
 }
 
+u32 fctrace_current_tgid(void)
+{
+	return current->tgid;
+}
+
 void fctrace_current_comm(u8 *comm16)
 {
 	memcpy(comm16, current->comm, 16);

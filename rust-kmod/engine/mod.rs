@@ -96,6 +96,23 @@ pub(crate) fn tracer() -> Option<&'static Tracer> {
     unsafe { p.as_ref() }
 }
 
+/// Whether the current task may be traced: false for most tasks, cheaply (tracing on and
+/// the bit of its thread group in `traced_mask`; see [`Tracer::is_traced`] for the
+/// answer). The first question of the probe handlers every task runs (kprobes' detours
+/// of entry probes and pre-sites), before anything else.
+#[inline(always)]
+pub(crate) fn maybe_traced() -> bool {
+    let p = TRACER.load(Ordering::Acquire);
+    // SAFETY: as in `tracer()`.
+    let Some(tr) = (unsafe { p.as_ref() }) else {
+        return false;
+    };
+    // SAFETY: a C accessor of `current`, which always exists.
+    let tgid = unsafe { bindings::fctrace_current_tgid() };
+    tr.active.load(Ordering::Relaxed)
+        && tr.traced_mask.load(Ordering::Relaxed) & traced_bit(tgid) != 0
+}
+
 /// The CPU hotplug callback (helpers.c) of a CPU going down, on that CPU with interrupts
 /// off: its staged records go into the ring buffer.
 #[no_mangle]

@@ -80,6 +80,10 @@ pub(crate) struct StaticHook {
 
 impl Handler for StaticHook {
     fn pre(p: &Probe<StaticHook>, regs: &mut bindings::pt_regs) -> c_int {
+        // Every task that calls the function comes here: most leave at once.
+        if !super::maybe_traced() {
+            return 0;
+        }
         tracer().map_or(0, |tr| tr.on_static_entry(p, regs))
     }
 }
@@ -204,7 +208,6 @@ impl Tracer {
 
     /// The entry of a callee with an entry probe: see `entry.rs`.
     fn on_static_entry(&self, p: &Probe<StaticHook>, regs: &mut bindings::pt_regs) -> c_int {
-        // Every task that calls the function comes here: most leave at once.
         if !self.active.load(Ordering::Relaxed) || !self.is_traced(current_ids().1) {
             return 0;
         }
