@@ -38,6 +38,9 @@ N_PP=${N_PP:-5000}
 N_STAT=${N_STAT:-20000}
 N_COMPLETE=${N_COMPLETE:-300}
 export FCT_GATE=/tmp/fct_go
+FCTRACE=$F
+TRACEFS=$T
+. /selftests/test.d/functions
 
 # Events the mode's tracer dropped so far.
 lost_now() {
@@ -107,28 +110,13 @@ trace_pid() { # mode pid
 
 kv() { sed -n "s/^$1 //p" "$2"; }
 
-# settle MODE: for fctrace, wait (up to 30 s) until arming has settled: no arming ahead
-# pending, no probe held back from kprobes' optimizer (probe_blockers), and the number of
-# probe registrations unchanged for a second. The measured runs are then the steady
-# state of a long trace, not its first second (the traced process B runs meanwhile).
+# settle MODE: for fctrace, wait (up to 30 s) until arming has settled (settle_arming in
+# selftests/test.d/functions): the measured runs are then the steady state of a long
+# trace, not its first second (the traced process B runs meanwhile).
 settle() {
     case $1 in
-    fctrace*) ;;
-    *) return 0 ;;
+    fctrace*) settle_arming 30 || echo "BENCH: arming did not settle in 30 s" >&2 ;;
     esac
-    _i=0
-    _last=
-    while [ $_i -lt 30 ]; do
-        _now=$(grep -E '^(atomic_arming_pending|probe_blockers|probe_registrations):' $F/stats | tr '\n' ' ')
-        case $_now in
-        *"atomic_arming_pending: 0 "*"probe_blockers: 0 "*|*"probe_blockers: 0 "*"atomic_arming_pending: 0 "*)
-            [ "$_now" = "$_last" ] && return 0 ;;
-        esac
-        _last=$_now
-        sleep 1
-        _i=$((_i + 1))
-    done
-    echo "BENCH: arming did not settle in 30 s: $_now" >&2
 }
 
 run() { # mode rep [quiet]
@@ -195,9 +183,6 @@ done
 # the functions each run shows "not followed: atomic". One line
 # per workload:
 #   BENCHCOLD name=N fct=.. ftrace=.. agreement=.. ftrace_ftrace=.. atomic=.. warm_atomic=..
-. /selftests/test.d/functions
-FCTRACE=$F
-TRACEFS=$T
 cold_start() { # cmd...: a gated workload that prints "ready", in the background
     rm -f $FCT_GATE
     "$@" > /tmp/cold.out &

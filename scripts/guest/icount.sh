@@ -16,9 +16,9 @@ F=/sys/kernel/fctrace
 T=/sys/kernel/tracing
 N=${N:-1000}
 export FCT_GATE=/tmp/fct_go
-. /selftests/test.d/functions
 FCTRACE=$F
 TRACEFS=$T
+. /selftests/test.d/functions
 mount -t tracefs nodev $T 2>/dev/null
 W=0
 
@@ -42,21 +42,6 @@ calls() {
     awk -v n=$N -v l=$1 '/[A-Za-z0-9_.]+\(\)( \{|;)/ { c++ } END { print "ICOUNTC label=" l " calls=" c / n }' $2
 }
 
-settle_fctrace() {
-    _i=0
-    _last=
-    while [ $_i -lt 60 ]; do
-        _now=$(grep -E '^(atomic_arming_pending|probe_blockers|probe_registrations|functions_armed):' $F/stats | tr '\n' ' ')
-        case $_now in
-        *"atomic_arming_pending: 0 "*"probe_blockers: 0 "*|*"probe_blockers: 0 "*"atomic_arming_pending: 0 "*)
-            [ "$_now" = "$_last" ] && return 0 ;;
-        esac
-        _last=$_now
-        sleep 1
-        _i=$((_i + 1))
-    done
-}
-
 window none
 
 # fctrace: a parked traced process keeps tracing on; a warm-up run arms the reads' code.
@@ -72,7 +57,7 @@ B=$!
 echo $B >> $F/set_pid
 touch $FCT_GATE
 wait $B
-settle_fctrace
+settle_arming 60 || true
 sleep 2
 echo > $F/trace
 window fctrace-traced fctrace

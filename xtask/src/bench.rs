@@ -44,7 +44,9 @@ pub struct Complete {
     pub lost: u64,
 }
 
-fn fields(line: &str, tag: &str) -> Option<BTreeMap<String, String>> {
+/// The `key=value` fields of a console line that starts with `tag` and a space (`BENCH`,
+/// `ICOUNT`, ...).
+pub(crate) fn fields(line: &str, tag: &str) -> Option<BTreeMap<String, String>> {
     let rest = line.trim_start().strip_prefix(tag)?.strip_prefix(' ')?;
     Some(
         rest.split_whitespace()

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::bench::fields;
 use crate::util::{bail, note, out_dir, repo_root, Result};
 use crate::vm::{self, VmOpts};
 
@@ -40,20 +41,10 @@ pub struct Window {
     pub ops: u64,
 }
 
-fn kv(line: &str, tag: &str) -> Option<HashMap<String, String>> {
-    let rest = line.trim_start().strip_prefix(tag)?.strip_prefix(' ')?;
-    Some(
-        rest.split_whitespace()
-            .filter_map(|f| f.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    )
-}
-
 pub fn parse_windows(console: &str) -> Vec<Window> {
     console
         .lines()
-        .filter_map(|l| kv(l, "ICOUNT"))
+        .filter_map(|l| fields(l, "ICOUNT"))
         .filter_map(|m| {
             Some(Window {
                 index: m.get("window")?.parse().ok()?,
@@ -68,7 +59,7 @@ pub fn parse_windows(console: &str) -> Vec<Window> {
 pub fn parse_calls(console: &str) -> BTreeMap<String, f64> {
     console
         .lines()
-        .filter_map(|l| kv(l, "ICOUNTC"))
+        .filter_map(|l| fields(l, "ICOUNTC"))
         .filter_map(|m| Some((m.get("label")?.clone(), m.get("calls")?.parse().ok()?)))
         .collect()
 }
