@@ -119,9 +119,17 @@ void fctrace_current_ids(u32 *pid, u32 *tgid)
 	*tgid = current->tgid;
 }
 
-u32 fctrace_current_tgid(void)
+/* engine/mod.rs: a superset of the traced thread groups' bits while tracing is on. */
+extern u64 fctrace_hot_mask;
+
+static __always_inline bool fctrace_hot(void)
 {
-	return current->tgid;
+	return READ_ONCE(fctrace_hot_mask) & BIT_ULL(current->tgid % 64);
+}
+
+bool fctrace_maybe_traced(void)
+{
+	return fctrace_hot();
 }
 
 void fctrace_current_comm(u8 *comm16)
@@ -630,16 +638,15 @@ void fctrace_recursion_unlock(int bits)
 /*
  * Entry hooks (engine/entry.rs): fctrace's own ftrace_ops, filtered to exactly the functions
  * the traced tasks can reach. Other tasks pay a call into ftrace's trampoline and the
- * check in fctrace_entry_hook(), not a trap.
+ * check in fctrace_entry_func(), not a trap.
  */
-static void notrace fctrace_entry_func(unsigned long ip, unsigned long parent_ip,
-				       struct ftrace_ops *op, struct ftrace_regs *fregs)
+static noinline void notrace fctrace_entry_traced(unsigned long ip, struct ftrace_regs *fregs)
 {
 	struct pt_regs *regs = &arch_ftrace_regs(fregs)->regs;
 	unsigned long list;
 	int bit;
 
-	if (likely(!fctrace_entry_wanted(current->tgid)))
+	if (!fctrace_entry_wanted(current->tgid))
 		return;
 	/*
 	 * Called through ftrace's list function: another ftrace user hooks this function
@@ -662,6 +669,15 @@ static void notrace fctrace_entry_func(unsigned long ip, unsigned long parent_ip
 		regs->flags = native_save_fl();
 	fctrace_entry_hook(ip, regs, (bit >> 8 ? 2 : 1) + !!list, !!list);
 	fctrace_recursion_unlock(bit);
+}
+
+/* The callback: most tasks leave after one load and one test, before any register is saved. */
+static void notrace fctrace_entry_func(unsigned long ip, unsigned long parent_ip,
+				       struct ftrace_ops *op, struct ftrace_regs *fregs)
+{
+	if (likely(!fctrace_hot()))
+		return;
+	fctrace_entry_traced(ip, fregs);
 }
 
 /*

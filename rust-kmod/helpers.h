@@ -37,7 +37,7 @@ void fctrace_current_ids(u32 *pid, u32 *tgid);
 void fctrace_current_comm(u8 *comm16);
 u64 fctrace_clock(void);
 u32 fctrace_cpu(void);
-u32 fctrace_current_tgid(void);
+bool fctrace_maybe_traced(void);
 int fctrace_pid_to_tgid(int pid);
 int fctrace_task_tgid(const void *task);
 bool fctrace_current_last_thread(void);

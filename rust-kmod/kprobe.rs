@@ -33,6 +33,11 @@ pub(crate) trait Handler: Sized + 'static {
     /// the ftrace trampoline for a probe on an ftrace site), with interrupts off. Returns
     /// non-zero when it changed `regs.ip` (kprobes then resumes there).
     fn pre(probe: &Probe<Self>, regs: &mut bindings::pt_regs) -> c_int;
+
+    /// The handler does nothing for a task that `engine::maybe_traced()` rules out: the
+    /// kprobes callback asks that first, before anything else (every task that runs
+    /// the probed code comes there).
+    const TRACED_ONLY: bool = false;
 }
 
 /// Probes registered only to check an address or find a symbol do nothing.
@@ -95,6 +100,9 @@ unsafe extern "C" fn pre_handler<D: Handler>(
     p: *mut bindings::kprobe,
     regs: *mut bindings::pt_regs,
 ) -> c_int {
+    if D::TRACED_ONLY && !crate::engine::maybe_traced() {
+        return 0;
+    }
     // SAFETY: `Probe` and `Header` are `repr(C)` with the kprobe first (and `Opaque<T>`
     // has the layout of `T`), so `p` points to the header of a live `Probe<_>`.
     let hdr = unsafe { &*p.cast::<Header>() };

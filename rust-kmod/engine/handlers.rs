@@ -43,12 +43,11 @@ pub(crate) enum Hook {
 }
 
 impl Handler for SiteData {
+    // Every task that runs the site comes to the probe; the handlers below do nothing
+    // for a task that is not traced.
+    const TRACED_ONLY: bool = true;
+
     fn pre(p: &Probe<SiteData>, regs: &mut bindings::pt_regs) -> c_int {
-        // Every task that runs the site comes here; the handlers below do nothing for a
-        // task that is not traced.
-        if !super::maybe_traced() {
-            return 0;
-        }
         let Some(tr) = tracer() else { return 0 };
         if p.data.at_post {
             tr.on_post_site(&p.data, regs)

@@ -102,16 +102,18 @@ pub(crate) fn tracer() -> Option<&'static Tracer> {
 /// of entry probes and pre-sites), before anything else.
 #[inline(always)]
 pub(crate) fn maybe_traced() -> bool {
-    let p = TRACER.load(Ordering::Acquire);
-    // SAFETY: as in `tracer()`.
-    let Some(tr) = (unsafe { p.as_ref() }) else {
-        return false;
-    };
-    // SAFETY: a C accessor of `current`, which always exists.
-    let tgid = unsafe { bindings::fctrace_current_tgid() };
-    tr.active.load(Ordering::Relaxed)
-        && tr.traced_mask.load(Ordering::Relaxed) & traced_bit(tgid) != 0
+    // SAFETY: a C helper reading `current`'s thread group and `fctrace_hot_mask`.
+    unsafe { bindings::fctrace_maybe_traced() }
 }
+
+/// While tracing is on, at least the bits of `Tracer::traced_mask` (else 0, or a few bits
+/// left over: a superset is harmless, the handlers ask [`Tracer::is_traced`] next). Read by
+/// every task that runs a hooked function or a probe, in C (`fctrace_maybe_traced()`,
+/// the ftrace callback): one load and one test, the whole cost of fctrace's hooks to
+/// tasks it does not trace.
+#[no_mangle]
+#[allow(non_upper_case_globals)]
+pub(crate) static fctrace_hot_mask: AtomicU64 = AtomicU64::new(0);
 
 /// The CPU hotplug callback (helpers.c) of a CPU going down, on that CPU with interrupts
 /// off: its staged records go into the ring buffer.
@@ -512,6 +514,18 @@ impl Tracer {
     pub(crate) fn mark_traced(&self, tgid: u32) {
         self.traced_mask
             .fetch_or(traced_bit(tgid), Ordering::AcqRel);
+        // (Set while tracing is off too: harmless, and never missing while it is on.)
+        fctrace_hot_mask.fetch_or(traced_bit(tgid), Ordering::AcqRel);
+    }
+
+    /// Tracing starts or stops: `fctrace_hot_mask` follows (after `active` changed).
+    pub(crate) fn update_hot_mask(&self) {
+        let m = if self.active.load(Ordering::Acquire) {
+            self.traced_mask.load(Ordering::Acquire)
+        } else {
+            0
+        };
+        fctrace_hot_mask.store(m, Ordering::Release);
     }
 
     pub(crate) fn any_traced(&self) -> bool {

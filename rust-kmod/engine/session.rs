@@ -66,6 +66,7 @@ impl Tracer {
             self.trees.release_all();
         }
         self.active.store(true, Ordering::Release);
+        self.update_hot_mask();
         if let Err(e) = self.add_hooks(inner, root, hook_at) {
             self.deactivate(inner);
             return Err(e);
@@ -186,6 +187,7 @@ impl Tracer {
             // process's fork: none now.)
             self.traced_mask.store(0, Ordering::Release);
         }
+        self.update_hot_mask();
         {
             let mut batch = Batch::new();
             for h in inner.hooks.iter() {

@@ -79,11 +79,10 @@ pub(crate) struct StaticHook {
 }
 
 impl Handler for StaticHook {
+    // Every task that calls the function comes to the probe: most leave at once.
+    const TRACED_ONLY: bool = true;
+
     fn pre(p: &Probe<StaticHook>, regs: &mut bindings::pt_regs) -> c_int {
-        // Every task that calls the function comes here: most leave at once.
-        if !super::maybe_traced() {
-            return 0;
-        }
         tracer().map_or(0, |tr| tr.on_static_entry(p, regs))
     }
 }
