@@ -26,11 +26,11 @@ const AHEAD_DEPTH: u8 = 4;
 /// Levels of callees of a function armed for a waiting task that are armed before the
 /// task goes on, the most functions armed so, and the most time it may take
 /// (`Tracer::arm_sync_closure`).
-const SYNC_DEPTH: u8 = 3;
-const SYNC_BUDGET: usize = 128;
-const SYNC_NS: u64 = 1_000_000_000;
+const SYNC_DEPTH: u8 = 6;
+const SYNC_BUDGET: usize = 512;
+const SYNC_NS: u64 = 3_000_000_000;
 /// The most functions that closure looks at (armed ones included).
-const SYNC_WALK: usize = 512;
+const SYNC_WALK: usize = 2048;
 /// The most direct callees of such a function queued for arming ahead when that stops.
 const WANT_CALLEES: usize = 48;
 /// The most callees with an entry probe armed with a function a task waited for (see

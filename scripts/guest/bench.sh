@@ -211,12 +211,17 @@ ftrace_once() { # out roots cmd...: function_graph alone traces one run; sets C
     echo > $T/set_ftrace_pid
     echo > $T/set_graph_function
 }
-agree() { # A PID_A B PID_B roots: the oracle's agreement (%) of A's calls with B's
+agree() { # A PID_A B PID_B roots [NAMES]: the oracle's agreement (%) of A's calls with
+    # B's, over the functions both show (or over the functions in the file NAMES)
     oracle_seq $1 $2 "$5" > /tmp/cold.aseq
     oracle_seq $3 $4 "$5" > /tmp/cold.bseq
     sort -u /tmp/cold.aseq > /tmp/cold.an
     sort -u /tmp/cold.bseq > /tmp/cold.bn
-    awk 'NR == FNR { a[$0] = 1; next } $0 in a' /tmp/cold.an /tmp/cold.bn > /tmp/cold.cn
+    if [ -n "${6:-}" ]; then
+        cp "$6" /tmp/cold.cn
+    else
+        awk 'NR == FNR { a[$0] = 1; next } $0 in a' /tmp/cold.an /tmp/cold.bn > /tmp/cold.cn
+    fi
     awk 'NR == FNR { c[$0] = 1; next } $0 in c' /tmp/cold.cn /tmp/cold.aseq > /tmp/cold.ac
     awk 'NR == FNR { c[$0] = 1; next } $0 in c' /tmp/cold.cn /tmp/cold.bseq > /tmp/cold.bc
     diff -d -U 3 /tmp/cold.ac /tmp/cold.bc > /tmp/cold.diff || true
@@ -262,6 +267,7 @@ cold() { # name roots cmd...
     touch $FCT_GATE
     wait $C
     cat $F/trace > /tmp/cold.warm
+    P3=$C
     kill $PARK
     wait $PARK 2>/dev/null
     echo > $F/set_pid
@@ -270,9 +276,18 @@ cold() { # name roots cmd...
     P2=$C
     # function_graph's runs before and after fctrace's differ by what the kernel's state
     # makes them do (a slab refilled, a page freed): fctrace's run is compared with both,
-    # the closer counts; the two compared with each other are the noise.
-    a0=$(agree /tmp/cold.fct $P1 /tmp/cold.ft0 $P0 "$roots")
-    a1=$(agree /tmp/cold.fct $P1 /tmp/cold.ft1 $P2 "$roots")
+    # the closer counts; the two compared with each other are the noise. Compared over
+    # the functions that function_graph's run and fctrace's warm run both show (as the
+    # oracle selftests' cold comparison does): a call the cold run did not follow leaves
+    # its callees out, and that counts against it.
+    names() { # TRACE PID: the functions of its oracle sequence
+        oracle_seq $1 $2 "$roots" | sort -u
+    }
+    names /tmp/cold.warm $P3 > /tmp/cold.wn
+    names /tmp/cold.ft0 $P0 | awk 'NR == FNR { a[$0] = 1; next } $0 in a' /tmp/cold.wn - > /tmp/cold.c0
+    names /tmp/cold.ft1 $P2 | awk 'NR == FNR { a[$0] = 1; next } $0 in a' /tmp/cold.wn - > /tmp/cold.c1
+    a0=$(agree /tmp/cold.fct $P1 /tmp/cold.ft0 $P0 "$roots" /tmp/cold.c0)
+    a1=$(agree /tmp/cold.fct $P1 /tmp/cold.ft1 $P2 "$roots" /tmp/cold.c1)
     pct=$(echo "$a0 $a1" | awk '{ print ($1 > $2 ? $1 : $2) }')
     noise=$(agree /tmp/cold.ft1 $P2 /tmp/cold.ft0 $P0 "$roots")
     echo "BENCHCOLD name=$name fct=$(oracle_seq /tmp/cold.fct $P1 "$roots" | wc -l)" \
