@@ -6,7 +6,9 @@
 
 use super::policy::{is_denied, is_instrumentation};
 use super::static_call::EntryKind;
-use super::table::{EntryId, FuncState, HOOK_ENTRY, HOOK_LIVE, HOOK_NONE, HOOK_PROBE, HOOK_TAIL};
+use super::table::{
+    EntryId, FuncState, BELOW_ALL, HOOK_ENTRY, HOOK_LIVE, HOOK_NONE, HOOK_PROBE, HOOK_TAIL,
+};
 use super::{read_kernel, timed, Tracer, TracerInner};
 use crate::decode::{self, Flow};
 use crate::emulate;
@@ -161,6 +163,17 @@ impl Tracer {
                 f.pinned = root;
                 self.table.set_end(entry, f.end);
                 self.table.touch(entry);
+            }
+            // Nothing below it is known to be armed (unless it calls nothing directly): a
+            // traced task entering it where it may sleep waits for a closure below it
+            // (`entry.rs`), unless one comes first.
+            if let Some(f) = inner.funcs.last() {
+                let below = if f.direct_callees().next().is_none() {
+                    BELOW_ALL
+                } else {
+                    0
+                };
+                self.table.set_below(target, below, false);
             }
             // A function reached through a function pointer has no entry hook yet (direct
             // callees of armed functions have): with one, a pre-site that computes the

@@ -247,7 +247,20 @@ impl Tracer {
         let key = match e.via {
             Via::Ftrace(ip) | Via::Shared(ip) | Via::Kprobe { addr: ip, .. } => ip,
         };
-        let callee = self.classify_call(&cur, d, func, key, tail);
+        let mut callee = self.classify_call(&cur, d, func, key, tail);
+        // Armed near the edge of a closure, with few levels below it armed: where the task
+        // may sleep, it waits once for a closure below it (what it calls may run in atomic
+        // context, after it takes a lock, where it cannot wait: `copy_page_range()` calls
+        // `copy_present_ptes()` with the page table lock held, which calls
+        // `vm_normal_page()`).
+        if matches!(callee, Callee::Follow)
+            && matches!(e.via, Via::Ftrace(_) | Via::Kprobe { trapped: true, .. })
+            && d.wait.last_redirect != key
+            && self.table.below(func) < super::wait::MIN_BELOW
+            && self.may_wait(&cur, d)
+        {
+            callee = Callee::Wait;
+        }
         if !matches!(callee, Callee::Wait) {
             d.wait.last_redirect = 0;
         }

@@ -48,6 +48,15 @@ impl FuncState {
     }
 }
 
+/// Bits 16-19 of `Entry::state`, beside the [`FuncState`]: of an armed function, how many
+/// levels of its direct callees are known to be armed below it (`Tracer::arm_sync_closure`
+/// walked them; [`BELOW_ALL`]: it calls nothing directly). A traced task that enters a
+/// function with fewer than `MIN_BELOW` (`wait.rs`) where it may sleep waits there once,
+/// for a closure below it.
+const BELOW_SHIFT: u32 = 16;
+const BELOW_MASK: u32 = 0xf << BELOW_SHIFT;
+pub(crate) const BELOW_ALL: u8 = 15;
+
 /// The index of a function's entry in the table.
 pub(crate) type EntryId = u32;
 /// `Frame::entry` of a frame whose function has no table entry.
@@ -121,6 +130,29 @@ impl FuncTable {
         self.entry(id).map_or(FuncState::Unknown, |e| {
             FuncState::decode(e.state.load(Ordering::Acquire))
         })
+    }
+
+    /// How many levels below `func` are armed (see [`BELOW_ALL`]; 0 when not known).
+    pub(crate) fn below(&self, func: u64) -> u8 {
+        self.find(func).and_then(|i| self.entry(i)).map_or(0, |e| {
+            ((e.state.load(Ordering::Acquire) & BELOW_MASK) >> BELOW_SHIFT) as u8
+        })
+    }
+
+    /// Sets how many levels below `func` (armed) are armed: exactly (`raise` false: it
+    /// was just armed), or at least (`raise`: a closure walked them). With the mutex held
+    /// (single writer).
+    pub(crate) fn set_below(&self, func: u64, levels: u8, raise: bool) {
+        let Some(e) = self.find(func).and_then(|i| self.entry(i)) else {
+            return;
+        };
+        let v = e.state.load(Ordering::Acquire);
+        let old = ((v & BELOW_MASK) >> BELOW_SHIFT) as u8;
+        let new = if raise { old.max(levels) } else { levels }.min(BELOW_ALL);
+        e.state.store(
+            (v & !BELOW_MASK) | u32::from(new) << BELOW_SHIFT,
+            Ordering::Release,
+        );
     }
 
     /// Sets the state of an existing entry. With the mutex held.

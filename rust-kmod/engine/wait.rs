@@ -26,11 +26,14 @@ const AHEAD_DEPTH: u8 = 4;
 /// Levels of callees of a function armed for a waiting task that are armed before the
 /// task goes on, the most functions armed so, and the most time it may take
 /// (`Tracer::arm_sync_closure`).
-const SYNC_DEPTH: u8 = 6;
-const SYNC_BUDGET: usize = 512;
-const SYNC_NS: u64 = 3_000_000_000;
+const SYNC_DEPTH: u8 = 4;
+const SYNC_BUDGET: usize = 128;
+const SYNC_NS: u64 = 1_000_000_000;
+/// A traced task that enters an armed function with fewer levels armed below it than this
+/// (`FuncTable::below`), where it may sleep, waits once for a closure below it.
+pub(super) const MIN_BELOW: u8 = 2;
 /// The most functions that closure looks at (armed ones included).
-const SYNC_WALK: usize = 2048;
+const SYNC_WALK: usize = 1024;
 /// The most direct callees of such a function queued for arming ahead when that stops.
 const WANT_CALLEES: usize = 48;
 /// The most callees with an entry probe armed with a function a task waited for (see
@@ -387,8 +390,12 @@ impl Tracer {
                 continue;
             }
             let armed = self.active.load(Ordering::Acquire)
-                && self.table.lookup(t) == FuncState::Unknown
-                && self.arm(inner, t) == FuncState::Armed;
+                && match self.table.lookup(t) {
+                    FuncState::Unknown => self.arm(inner, t) == FuncState::Armed,
+                    // Armed with few levels below it armed: the task waits for more.
+                    FuncState::Armed => self.table.below(t) < MIN_BELOW,
+                    _ => false,
+                };
             // What it calls may run in atomic context (after it takes a lock), where the
             // task cannot wait: its callees are armed before the task goes on, and theirs
             // (`arm_sync_closure`), its callees with an entry probe (and theirs) first:
@@ -428,8 +435,29 @@ impl Tracer {
             return;
         }
         let mut next = 0;
-        while let Some(&(f, level)) = todo.get(next) {
-            next += 1;
+        let cut = self.walk_sync_closure(inner, func, closure, deadline, &mut todo, &mut next);
+        // Breadth first: every function walked above the level where the walk stopped has
+        // all its callees down to that level armed.
+        for &(f, level) in todo.iter().take(next) {
+            if level < cut {
+                self.table.set_below(f, cut - level, true);
+            }
+        }
+    }
+
+    /// [`Tracer::arm_sync_closure`]'s walk, from `todo[*next]` on. Returns the level where
+    /// it stopped (`SYNC_DEPTH` if it did not).
+    fn walk_sync_closure(
+        &self,
+        inner: &mut TracerInner,
+        func: u64,
+        closure: &mut KVec<u64>,
+        deadline: u64,
+        todo: &mut KVec<(u64, u8)>,
+        next: &mut usize,
+    ) -> u8 {
+        while let Some(&(f, level)) = todo.get(*next) {
+            *next += 1;
             if level >= SYNC_DEPTH {
                 continue;
             }
@@ -444,7 +472,7 @@ impl Tracer {
                             && !callees.contains(&c)
                             && callees.push(c, GFP_KERNEL).is_err()
                         {
-                            return;
+                            return level;
                         }
                     }
                 }
@@ -458,7 +486,7 @@ impl Tracer {
                     FuncState::Armed => {
                         if todo.len() >= SYNC_WALK || todo.push((c, level + 1), GFP_KERNEL).is_err()
                         {
-                            return;
+                            return level;
                         }
                         continue;
                     }
@@ -469,18 +497,19 @@ impl Tracer {
                     || !self.active.load(Ordering::Acquire)
                 {
                     self.want_callees(inner, func);
-                    return;
+                    return level;
                 }
                 if self.arm(inner, c) == FuncState::Armed {
                     self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
                     if todo.push((c, level + 1), GFP_KERNEL).is_err()
                         || closure.push(c, GFP_KERNEL).is_err()
                     {
-                        return;
+                        return level;
                     }
                 }
             }
         }
+        SYNC_DEPTH
     }
 
     /// Queues the direct callees of `func` not armed yet for arming ahead, up to
