@@ -211,8 +211,10 @@ ftrace_once() { # out roots cmd...: function_graph alone traces one run; sets C
     echo > $T/set_ftrace_pid
     echo > $T/set_graph_function
 }
-agree() { # A PID_A B PID_B roots [NAMES]: the oracle's agreement (%) of A's calls with
-    # B's, over the functions both show (or over the functions in the file NAMES)
+agree() { # A PID_A B PID_B roots [NAMES [recall]]: the oracle's agreement (%) of A's
+    # calls with B's, over the functions both show (or over the functions in the file
+    # NAMES); with "recall", the share of B's calls that A shows in order (the longest
+    # common subsequence over B's length: calls only A made do not count)
     oracle_seq $1 $2 "$5" > /tmp/cold.aseq
     oracle_seq $3 $4 "$5" > /tmp/cold.bseq
     sort -u /tmp/cold.aseq > /tmp/cold.an
@@ -227,8 +229,9 @@ agree() { # A PID_A B PID_B roots [NAMES]: the oracle's agreement (%) of A's cal
     diff -d -U 3 /tmp/cold.ac /tmp/cold.bc > /tmp/cold.diff || true
     lf=$(wc -l < /tmp/cold.ac); lt=$(wc -l < /tmp/cold.bc)
     d=$(grep -c '^-[^-]' /tmp/cold.diff || true); a=$(grep -c '^+[^+]' /tmp/cold.diff || true)
-    awk -v lf="$lf" -v lt="$lt" -v d="$d" -v a="$a" 'BEGIN {
+    awk -v lf="$lf" -v lt="$lt" -v d="$d" -v a="$a" -v recall="$([ "${7:-}" = recall ] && echo 1)" 'BEGIN {
         m = lf > lt ? lf : lt; lcs = lf - d; if (lt - a < lcs) lcs = lt - a
+        if (recall) m = lt
         printf "%.2f", m ? 100 * lcs / m : 0 }'
 }
 atomic_funcs() { # trace: how many functions it shows "not followed: atomic"
@@ -276,18 +279,19 @@ cold() { # name roots cmd...
     P2=$C
     # function_graph's runs before and after fctrace's differ by what the kernel's state
     # makes them do (a slab refilled, a page freed): fctrace's run is compared with both,
-    # the closer counts; the two compared with each other are the noise. Compared over
-    # the functions that function_graph's run and fctrace's warm run both show (as the
-    # oracle selftests' cold comparison does): a call the cold run did not follow leaves
-    # its callees out, and that counts against it.
+    # the closer counts; the two compared with each other are the noise. As the oracle
+    # selftests' cold comparison does: over the functions that function_graph's run and
+    # fctrace's warm run both show (a call the cold run did not follow leaves its callees
+    # out, and that counts against it), the share of function_graph's calls the cold run
+    # shows in order (calls only the cold run made do not count).
     names() { # TRACE PID: the functions of its oracle sequence
         oracle_seq $1 $2 "$roots" | sort -u
     }
     names /tmp/cold.warm $P3 > /tmp/cold.wn
     names /tmp/cold.ft0 $P0 | awk 'NR == FNR { a[$0] = 1; next } $0 in a' /tmp/cold.wn - > /tmp/cold.c0
     names /tmp/cold.ft1 $P2 | awk 'NR == FNR { a[$0] = 1; next } $0 in a' /tmp/cold.wn - > /tmp/cold.c1
-    a0=$(agree /tmp/cold.fct $P1 /tmp/cold.ft0 $P0 "$roots" /tmp/cold.c0)
-    a1=$(agree /tmp/cold.fct $P1 /tmp/cold.ft1 $P2 "$roots" /tmp/cold.c1)
+    a0=$(agree /tmp/cold.fct $P1 /tmp/cold.ft0 $P0 "$roots" /tmp/cold.c0 recall)
+    a1=$(agree /tmp/cold.fct $P1 /tmp/cold.ft1 $P2 "$roots" /tmp/cold.c1 recall)
     pct=$(echo "$a0 $a1" | awk '{ print ($1 > $2 ? $1 : $2) }')
     noise=$(agree /tmp/cold.ft1 $P2 /tmp/cold.ft0 $P0 "$roots")
     echo "BENCHCOLD name=$name fct=$(oracle_seq /tmp/cold.fct $P1 "$roots" | wc -l)" \

@@ -206,7 +206,9 @@ pub fn cold_table(cold: &[Cold], arm: &[ArmSample]) -> String {
         let _ = writeln!(
             t,
             "cold first run (fctrace's first run in a fresh session / function_graph's runs before and after it, separately;\n \
-             atomic: the functions it shows \"not followed: atomic\", in the first run / in a second, warm run):"
+             shown: the share of function_graph's calls the first run shows in order, over the functions function_graph\n \
+             and fctrace's warm run both show; atomic: the functions it shows \"not followed: atomic\", in the first run / in\n \
+             a second, warm run):"
         );
         for c in cold {
             let noise = c.noise.map_or(String::new(), |n| {
@@ -218,7 +220,7 @@ pub fn cold_table(cold: &[Cold], arm: &[ArmSample]) -> String {
             };
             let _ = writeln!(
                 t,
-                "  {:<6} fctrace {:>5} calls, function_graph {:>5} calls, agreement {:>6.2}%{}{}",
+                "  {:<6} fctrace {:>5} calls, function_graph {:>5} calls, shown {:>6.2}%{}{}",
                 c.name, c.fct, c.ftrace, c.agreement, noise, atomic
             );
         }
@@ -522,7 +524,7 @@ BENCHARM t=6 funcs=1200 reg_us=1600000 regs=99 hooks=600 probes=220
         let (ms, lo, hi) = arm_cost(&a, 1100, 1200).unwrap();
         assert_eq!((lo, hi), (1000, 1200));
         assert!((ms - 3.0).abs() < 1e-9);
-        assert!(cold_table(&c, &a).contains("agreement  98.50%"));
+        assert!(cold_table(&c, &a).contains("shown  98.50%"));
         assert!(cold_table(&c, &a).contains("atomic 3 / 0"));
     }
 
