@@ -26,7 +26,7 @@ const AHEAD_DEPTH: u8 = 4;
 /// Levels of callees of a function armed for a waiting task that are armed before the
 /// task goes on, the most functions armed so, and the most time it may take
 /// (`Tracer::arm_sync_closure`).
-const SYNC_DEPTH: u8 = 4;
+const SYNC_DEPTH: u8 = 3;
 const SYNC_BUDGET: usize = 128;
 const SYNC_NS: u64 = 1_000_000_000;
 /// A traced task that enters an armed function with fewer levels armed below it than this
@@ -443,6 +443,10 @@ impl Tracer {
                 self.table.set_below(f, cut - level, true);
             }
         }
+        // A task waits at most once for a closure below a function: one cut short (its
+        // budget, its time: the debug kernel arms slowly) goes on where the task enters the
+        // functions at its edge, not here again.
+        self.table.set_below(func, MIN_BELOW, true);
     }
 
     /// [`Tracer::arm_sync_closure`]'s walk, from `todo[*next]` on. Returns the level where
