@@ -315,6 +315,7 @@ impl Tracer {
                         off,
                         len: insn.len,
                         steppable: presite::steppable(code.get(off as usize..).unwrap_or(&[])),
+                        site: presite::may_be_site(insn.flow, start, end),
                     };
                     presites_ok = steps.push(step, GFP_KERNEL).is_ok()
                         && match insn.flow {

@@ -28,6 +28,9 @@ const REAP_PERIOD_MAX_MS: u32 = 10_000;
 /// Arming is quiet this long before the blockers of optimizable probes are released
 /// (see `kprobe.rs`)...
 const OPTIMIZE_QUIET_MS: u32 = 250;
+/// After blockers went: when the work item publishes what kprobes' optimizer did with
+/// them (it waits a few jiffies before it runs).
+const OPTIMIZE_PUBLISH_MS: u32 = 500;
 /// ... or, while it goes on, this long after the oldest was registered.
 const OPTIMIZE_MAX_DELAY_NS: u64 = 2_000_000_000;
 
@@ -375,17 +378,28 @@ impl Tracer {
     }
 
     /// Releases every blocker in one unregistration: kprobes optimizes what it can.
+    /// kprobes' optimizer runs a few jiffies later, after the lock's release published
+    /// what is optimized (`stats`): when blockers went, the work item comes back once more
+    /// to publish it (it finds no blocker then, and stops).
     fn release_blockers(&self) {
         let inner = self.lock();
         self.blockers_since.store(0, Ordering::Release);
+        let mut released = false;
         let mut batch = Batch::new();
         for p in inner.funcs.iter().flat_map(|f| f.sites.iter()) {
+            released |= p.is_blocked();
             batch.add_blocker(p);
         }
         for p in inner.static_hooks.iter() {
+            released |= p.is_blocked();
             batch.add_blocker(p);
         }
         drop(batch);
+        drop(inner);
+        if released {
+            // SAFETY: a C wrapper of `mod_delayed_work()`/`schedule_delayed_work()`.
+            unsafe { bindings::fctrace_schedule_optimize(OPTIMIZE_PUBLISH_MS, false) };
+        }
     }
 }
 

@@ -18,6 +18,7 @@
 //! (`rust-kmod/engine/arming.rs`) and the host tests, which check it on every call site
 //! of the built kernels against iced-x86.
 
+use crate::decode::Flow;
 /// The bytes kprobes' jump to the detour covers.
 pub const JUMP_LEN: u32 = 5;
 /// The fewest instructions in a run. With one, a probe kprobes did not optimize (yet)
@@ -140,6 +141,21 @@ pub struct Insn {
     pub len: u8,
     /// [`steppable`] says yes.
     pub steppable: bool,
+    /// It may be a call site fctrace probes ([`may_be_site`]): only such an instruction
+    /// can have a pre-site run that a post-site's run must keep clear of.
+    pub site: bool,
+}
+
+/// Whether an instruction of the function `start..end` with control flow `flow` may be a
+/// call site fctrace probes: a call, or a jump that may leave the function (a tail call),
+/// direct or indirect. Conditional jumps, jumps inside the function and returns are not.
+pub fn may_be_site(flow: Flow, start: u64, end: u64) -> bool {
+    match flow {
+        Flow::Call(_) | Flow::CallReg(_) | Flow::CallMem(_) => true,
+        Flow::JmpReg(_) | Flow::JmpMem(_) => true,
+        Flow::Jmp(t) => t < start || t >= end,
+        _ => false,
+    }
 }
 
 /// The pre-site of the call site `insns[site]`: the offset of the first instruction of
@@ -225,7 +241,8 @@ pub fn post_site(
 /// instruction after it that is not [`steppable`] (a call, a jump, a return, or an
 /// instruction no run crosses) ends the straight code after the call, and its
 /// [`pre_site`] (with the same `min_off` and `is_target`) is returned. Conservative: that
-/// instruction need not be a site at all. Used to keep a post-site's run from
+/// instruction need not be a site (a call it is not probed at, say), but it may be one
+/// ([`Insn::site`]). Used to keep a post-site's run from
 /// overlapping a pre-site's run (kprobes optimizes neither of two overlapping probes);
 /// the two may start at the same address.
 pub fn next_pre_site(
@@ -237,6 +254,11 @@ pub fn next_pre_site(
     let mut k = site.checked_add(1)?;
     while insns.get(k)?.steppable {
         k = k.checked_add(1)?;
+    }
+    // A conditional jump, a jump inside the function or a return ends the straight code
+    // but is no site: nothing is probed before it.
+    if !insns.get(k)?.site {
+        return None;
     }
     pre_site(insns, k, min_off, is_target)
 }

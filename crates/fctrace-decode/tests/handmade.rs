@@ -565,6 +565,7 @@ fn steps(code: &[u8]) -> Vec<fctrace_decode::presite::Insn> {
             off,
             len: i.len,
             steppable: fctrace_decode::presite::steppable(&code[off as usize..]),
+            site: fctrace_decode::presite::may_be_site(i.flow, IP, IP + code.len() as u64),
         })
     })
     .unwrap();
@@ -695,4 +696,21 @@ fn post_site_runs() {
     // The last instruction of the function: none.
     let code = [0x90, 0xe8, 0, 0, 0, 0];
     assert_eq!(post_site(&steps(&code), 1, |_| false), None);
+    // A conditional jump is no site: it has no pre-site run, whatever the run before it
+    // (seq_read_iter()'s call of _copy_to_iter() is followed by one).
+    // call rel32; mov %rax,%r13; add %r13,0x10(%rbx); xor %r14d,%r14d; sub %r13,0x18(%rbx);
+    // jne .+0
+    let code = [
+        0xe8, 0, 0, 0, 0, 0x49, 0x89, 0xc5, 0x4c, 0x01, 0x6b, 0x10, 0x45, 0x31, 0xf6, 0x4c, 0x29,
+        0x6b, 0x18, 0x75, 0x00,
+    ];
+    let s = steps(&code);
+    assert_eq!(post_site(&s, 0, |_| false), Some((5, 12)));
+    assert_eq!(next_pre_site(&s, 0, 0, |_| false), None);
+    // ... but a tail call (a jump out of the function) is one.
+    let mut code = code.to_vec();
+    code.truncate(19);
+    code.extend_from_slice(&[0xe9, 0, 0, 0x10, 0]);
+    let s = steps(&code);
+    assert!(next_pre_site(&s, 0, 0, |_| false).is_some());
 }

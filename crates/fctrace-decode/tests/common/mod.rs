@@ -361,6 +361,7 @@ pub fn presite_view(f: &Func) -> Option<PreSiteView> {
             off,
             len: i.len,
             steppable: fctrace_decode::presite::steppable(&f.bytes[off as usize..]),
+            site: fctrace_decode::presite::may_be_site(i.flow, f.addr, end),
         })
         .collect();
     Some(PreSiteView {
