@@ -7,6 +7,7 @@
 
 use crate::bindings;
 use crate::engine::{Tracer, TracerInner, MAX_FRAMES, MAX_MAX_PROBES, MAX_PIDS};
+use crate::fs::OpenFile;
 use crate::ksym::{probeable, resolve, SymBuf};
 use crate::parse::{self, OptionName, ParseError, Symbol, OPTIONS};
 use crate::record::Reason;
@@ -86,16 +87,60 @@ pub(crate) fn file_by_ino(ino: u64) -> Option<FileId> {
     FILES.get((ino as usize).checked_sub(2)?).map(|f| f.0)
 }
 
+/// Whether the current task may open `file` as it asks: CAP_SYS_ADMIN to write any file,
+/// CAP_PERFMON (or CAP_SYS_ADMIN) to read any but `README`, and no lockdown
+/// (`LOCKDOWN_TRACEFS`) to read `trace` or `trace_pipe`. The mode bits (root only) come
+/// first; this is for a root whose capabilities were dropped. Decided at open, like every
+/// file's access: a file opened by a privileged task and passed on keeps its access.
+pub(crate) fn may_open(file: &OpenFile) -> Result {
+    let read = file.readable && file.id != FileId::Readme;
+    let trace = matches!(file.id, FileId::Trace | FileId::TracePipe);
+    // SAFETY: a C helper, process context (open).
+    let r = unsafe { bindings::fctrace_may_open(read, file.writable, trace) };
+    kernel::error::to_result(r)
+}
+
+/// Whether kernel addresses are hidden from the current task: it may not see them in
+/// `/proc/kallsyms` (`kptr_restrict` 2; 1 or 0 without CAP_SYSLOG). Readers of a trace
+/// opened by such a task see `ptr:` and a hash instead of a kernel address.
+pub(crate) fn hide_addrs() -> bool {
+    // SAFETY: a C helper, process context.
+    !unsafe { bindings::fctrace_may_see_addrs() }
+}
+
+/// The files whose writes replace or add to a list (see `fs::ControlFile::write`).
+pub(crate) fn is_list(id: FileId) -> bool {
+    matches!(id, FileId::SetPid | FileId::Filter)
+}
+
+/// Under lockdown (`LOCKDOWN_KPROBES`: `lockdown=confidentiality`) nothing is armed:
+/// EPERM and an `error_log` line for `file`.
+fn refuse_if_locked_down(tr: &Tracer, file: &str) -> Result {
+    // SAFETY: a C helper, process context.
+    let r = unsafe { bindings::fctrace_locked_down() };
+    if r != 0 {
+        tr.log(format_args!(
+            "{}: the kernel is locked down (confidentiality): fctrace cannot arm probes",
+            file
+        ));
+    }
+    kernel::error::to_result(r)
+}
+
 const README: &str = "\
 fctrace: every kernel function call of chosen tasks, by dynamic call-site probing.
 
   set_pid         PIDs to trace (all threads of each process). '>' replaces,
-                  '>>' adds, an empty write clears (and removes every probe).
+                  '>>' adds, later writes of one open add, an empty write
+                  clears (and removes every probe). Live processes only; a
+                  process leaves when it exits or executes a set-user-ID
+                  program.
   start_function  Function where a trace begins (name or 0xaddress). Empty:
                   from every system call's entry.
   filter          Glob patterns, one per line. 'pattern': follow only matching
                   functions (others show as leaves); '!pattern': hide the function
-                  and its subtree (not probed). '>>' adds, empty write clears.
+                  and its subtree (not probed). '>>' and later writes of
+                  one open add, empty write clears.
   max_depth       Deepest level shown (0 = no limit but the built-in 127).
   tracing_on      1/0: probes armed / all probes removed.
   max_probes      Most kprobes armed at once (16..1000000); functions that would
@@ -116,6 +161,10 @@ fctrace: every kernel function call of chosen tasks, by dynamic call-site probin
   stats           Counters: events, lost events, probes, calls not followed.
   error_log       Why the last writes failed. A write clears it.
 
+Writing needs CAP_SYS_ADMIN, reading (but README) CAP_PERFMON; under
+lockdown=confidentiality nothing is armed and no trace shown. Kernel
+addresses only for readers who may see them in /proc/kallsyms.
+
 Quick start:
   echo vfs_read > start_function
   echo $PID > set_pid
@@ -128,10 +177,17 @@ pub(crate) fn render(tr: &Tracer, id: FileId, t: &mut Text) -> core::fmt::Result
     match id {
         FileId::Readme => t.write_str(README),
         FileId::SetPid => {
+            // As the reader's PID namespace numbers them (what it wrote); processes it
+            // cannot see are not shown.
             for p in tr.traced.iter() {
                 let p = p.load(Ordering::Relaxed);
-                if p != 0 {
-                    writeln!(t, "{}", p)?;
+                if p == 0 {
+                    continue;
+                }
+                // SAFETY: a C helper, process context.
+                let nr = unsafe { bindings::fctrace_tgid_vnr(p) };
+                if nr != 0 {
+                    writeln!(t, "{}", nr)?;
                 }
             }
             Ok(())
@@ -197,6 +253,8 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "trampoline_entries: {}", n(&s.redirects))?;
     writeln!(t, "trampoline_unsafe_flags: {}", n(&s.unsafe_flags))?;
     writeln!(t, "tasks_overflow: {}", n(&s.task_overflow))?;
+    writeln!(t, "processes_exited: {}", n(&s.processes_exited))?;
+    writeln!(t, "privileged_execs_untraced: {}", n(&s.privileged_execs))?;
     writeln!(t, "atomic_calls_queued: {}", n(&s.ahead_queued))?;
     writeln!(t, "atomic_arming_pending: {}", tr.ahead_pending())?;
     writeln!(t, "functions_armed_ahead: {}", n(&s.armed_ahead))?;
@@ -297,6 +355,9 @@ pub(crate) fn write(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Resul
         }
         FileId::TracingOn => {
             let on = parse::parse_bool(data).map_err(errno)?;
+            if on {
+                refuse_if_locked_down(tr, "tracing_on")?;
+            }
             let mut inner = tr.lock();
             let was = inner.tracing_on;
             inner.tracing_on = on;
@@ -327,6 +388,9 @@ pub(crate) fn write(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Resul
                 ));
                 errno(e)
             })?;
+            if opt == OptionName::Irqs && on && tr.active.load(Ordering::Acquire) {
+                refuse_if_locked_down(tr, "options")?;
+            }
             set.set_option(opt, on);
             if opt == OptionName::Irqs && on {
                 // Tracing may be on already: hook the interrupt entries now.
@@ -361,12 +425,20 @@ fn write_set_pid(tr: &Tracer, data: &[u8], append: bool) -> Result {
             }
         }
     }
+    if n > 0 {
+        refuse_if_locked_down(tr, "set_pid")?;
+    }
     for &pid in &pids[..n] {
         // SAFETY: a C helper; looks the PID up under RCU.
         let tgid = unsafe { bindings::fctrace_pid_to_tgid(pid as i32) };
         if tgid < 0 {
-            // ESRCH: no such task; EPERM: a kernel thread (it makes no system calls and
-            // shares no process with anything fctrace could follow).
+            // No such process in the writer's PID namespace, a kernel thread (it makes
+            // no system calls and shares no process with anything fctrace could
+            // follow), or a process that is exiting or has exited (a zombie).
+            tr.log(format_args!(
+                "set_pid: no live process has thread {} (or it is a kernel thread)",
+                pid
+            ));
             return Err(Error::from_errno(tgid));
         }
         let tgid = tgid as u32;
@@ -388,6 +460,21 @@ fn write_set_pid(tr: &Tracer, data: &[u8], append: bool) -> Result {
         }
         t.store(new, Ordering::Release);
     }
+    // A process that died since it was looked up: its exit hook may have run before it
+    // was stored (which it removes it from), so ask again now that it is.
+    core::sync::atomic::fence(Ordering::SeqCst);
+    for t in tr.traced.iter() {
+        let tgid = t.load(Ordering::Relaxed);
+        // SAFETY: a C helper, process context.
+        if tgid != 0 && !unsafe { bindings::fctrace_tgid_alive(tgid) } {
+            let _ = t.compare_exchange(tgid, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+    let m = tr
+        .traced
+        .iter()
+        .filter(|t| t.load(Ordering::Relaxed) != 0)
+        .count();
     if m == 0 {
         tr.deactivate(&mut inner);
         return Ok(());
@@ -423,6 +510,15 @@ fn write_start(tr: &Tracer, data: &[u8]) -> Result {
             Some(addr)
         }
         Symbol::Addr(a) => {
+            if hide_addrs() {
+                // What the answer says of an address (a function's start, an offset into
+                // one, no symbol) would tell the writer where the kernel is.
+                tr.log(format_args!(
+                    "start_function: an address is taken only from a task that may see \
+                     kernel addresses (kptr_restrict); write the function's name"
+                ));
+                return Err(EPERM);
+            }
             let mut sym = SymBuf::new()?;
             let Some(info) = sym.lookup(a) else {
                 tr.log(format_args!("start_function: no symbol at {:#x}", a));
@@ -446,6 +542,9 @@ fn write_start(tr: &Tracer, data: &[u8]) -> Result {
         }
     };
     let mut inner = tr.lock();
+    if tr.active.load(Ordering::Acquire) {
+        refuse_if_locked_down(tr, "start_function")?;
+    }
     change_armed(tr, &mut inner, |i| &mut i.start, start, "start_function")
 }
 
@@ -503,6 +602,9 @@ fn write_filter(tr: &Tracer, data: &[u8], append: bool) -> Result {
     .map_err(errno)?;
     if oom {
         return Err(ENOMEM);
+    }
+    if tr.active.load(Ordering::Acquire) {
+        refuse_if_locked_down(tr, "filter")?;
     }
     // Functions already armed were judged by the old filter: start over.
     change_armed(tr, &mut inner, |i| &mut i.filters, new, "filter")

@@ -19,7 +19,7 @@ use crate::text::Text;
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
 use core::pin::Pin;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::alloc::KVec;
 use kernel::ffi::{c_char, c_int, c_uint, c_void};
 use kernel::new_mutex;
@@ -33,6 +33,7 @@ const FCTRACE_MAGIC: u64 = 0x66637472; // "fctr"
 const MAX_USER_WRITE: usize = 64 * 1024;
 // Constants whose C definitions are casts, which bindgen does not translate.
 const FMODE_READ: u32 = 1 << 0;
+const FMODE_WRITE: u32 = 1 << 1;
 const EPOLLIN: c_uint = 0x1;
 const EPOLLERR: c_uint = 0x8;
 const EPOLLRDNORM: c_uint = 0x40;
@@ -42,10 +43,14 @@ pub(crate) struct OpenFile {
     pub(crate) id: FileId,
     /// Opened with `O_APPEND`.
     pub(crate) append: bool,
+    /// Opened with `O_TRUNC` (`>` in a shell); only seen at open: the VFS clears it then.
+    pub(crate) truncate: bool,
     /// Opened with `O_NONBLOCK`.
     pub(crate) nonblock: bool,
     /// Opened for reading.
     pub(crate) readable: bool,
+    /// Opened for writing.
+    pub(crate) writable: bool,
 }
 
 /// One kind of file. Only the operations it implements are in its `file_operations`.
@@ -92,7 +97,7 @@ pub(crate) trait FileKind: Sized + 'static {
     }
 
     /// The last reference to the open file goes (the data is dropped after this).
-    fn release(_tr: &'static Tracer, _data: &Self::Data) {}
+    fn release(_tr: &'static Tracer, _data: &Self::Data, _file: &OpenFile) {}
 }
 
 fn errno(e: Error) -> isize {
@@ -145,8 +150,10 @@ impl<T: FileKind> Ops<T> {
         Some(OpenFile {
             id: file_by_ino(ino)?,
             append: flags & bindings::O_APPEND != 0,
+            truncate: flags & bindings::O_TRUNC != 0,
             nonblock: flags & bindings::O_NONBLOCK != 0,
             readable: mode & FMODE_READ != 0,
+            writable: mode & FMODE_WRITE != 0,
         })
     }
 
@@ -161,6 +168,9 @@ impl<T: FileKind> Ops<T> {
         let Some(of) = (unsafe { Self::open_file(file) }) else {
             return EINVAL.to_errno();
         };
+        if let Err(e) = control::may_open(&of) {
+            return e.to_errno();
+        }
         let data = match T::open(tr, &of) {
             Ok(d) => d,
             Err(e) => return e.to_errno(),
@@ -174,7 +184,7 @@ impl<T: FileKind> Ops<T> {
             if r != 0 {
                 // SAFETY: `ptr` came from `into_foreign` above and was not handed out.
                 let data = unsafe { T::Data::from_foreign(ptr) };
-                T::release(tr, &data);
+                T::release(tr, &data, &of);
                 return r;
             }
         }
@@ -262,8 +272,10 @@ impl<T: FileKind> Ops<T> {
         // SAFETY: `private_data` was set by `open` from `into_foreign` and is taken back
         // once, here; no other operation runs on a file being released.
         let data = unsafe { T::Data::from_foreign((*file).private_data) };
-        if let Some(tr) = tracer() {
-            T::release(tr, &data);
+        // SAFETY: the file is live until this returns.
+        let of = unsafe { Self::open_file(file) };
+        if let (Some(tr), Some(of)) = (tracer(), of) {
+            T::release(tr, &data, &of);
         }
         0
     }
@@ -284,17 +296,34 @@ fn read_text(text: &[u8], out: &mut UserSliceWriter, pos: &mut i64) -> Result<us
 /// Every control file: settings, `stats`, `error_log`, `README`.
 struct ControlFile;
 
+/// An open control file's state.
+struct ControlOpen {
+    /// Writes this open file has taken (the first replaces a list, later ones add to it).
+    writes: AtomicU32,
+    /// A write was tried, whether it was taken or not.
+    tried: AtomicBool,
+    /// Opened with `O_TRUNC` (the VFS clears it from the file's flags after open).
+    truncate: bool,
+}
+
 #[vtable]
 impl FileKind for ControlFile {
-    type Data = ();
+    type Data = KBox<ControlOpen>;
 
-    fn open(_tr: &'static Tracer, _file: &OpenFile) -> Result {
-        Ok(())
+    fn open(_tr: &'static Tracer, file: &OpenFile) -> Result<KBox<ControlOpen>> {
+        Ok(KBox::new(
+            ControlOpen {
+                writes: AtomicU32::new(0),
+                tried: AtomicBool::new(false),
+                truncate: file.truncate,
+            },
+            GFP_KERNEL,
+        )?)
     }
 
     fn read(
         tr: &'static Tracer,
-        _data: (),
+        _data: &ControlOpen,
         file: &OpenFile,
         out: &mut UserSliceWriter,
         pos: &mut i64,
@@ -304,8 +333,28 @@ impl FileKind for ControlFile {
         read_text(&t.0, out, pos)
     }
 
-    fn write(tr: &'static Tracer, _data: (), file: &OpenFile, input: &[u8]) -> Result {
-        control::write(tr, file.id, input, file.append)
+    /// A list file (`set_pid`, `filter`) takes later writes of one open as additions, as
+    /// ftrace's files do: `(echo A; echo B) > set_pid` sets both. A write that fails
+    /// does not count.
+    fn write(tr: &'static Tracer, data: &ControlOpen, file: &OpenFile, input: &[u8]) -> Result {
+        data.tried.store(true, Ordering::Release);
+        let append = file.append || data.writes.load(Ordering::Acquire) > 0;
+        control::write(tr, file.id, input, append)?;
+        data.writes.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Opened with `O_TRUNC` and never written to (`: > set_pid`): the list is cleared, as
+    /// ftrace's `> set_ftrace_pid` does (a write that failed leaves it as it was).
+    fn release(tr: &'static Tracer, data: &KBox<ControlOpen>, file: &OpenFile) {
+        if file.writable
+            && data.truncate
+            && !file.append
+            && !data.tried.load(Ordering::Acquire)
+            && control::is_list(file.id)
+        {
+            let _ = control::write(tr, file.id, b"", false);
+        }
     }
 }
 
@@ -334,7 +383,7 @@ impl FileKind for TraceFile {
 
     fn open(tr: &'static Tracer, file: &OpenFile) -> Result<KBox<TraceOpen>> {
         let reader = if file.readable {
-            Some(TraceReader::new(tr)?)
+            Some(TraceReader::new(tr, control::hide_addrs())?)
         } else {
             None
         };
@@ -385,7 +434,7 @@ fn trace_read_at(
         return Err(EINVAL);
     }
     if *pos < r.pos {
-        *r = TraceReader::new(tr)?;
+        *r = TraceReader::new(tr, r.hide)?;
     }
     while r.pos < *pos {
         let skip = (*pos - r.pos).min(READ_CHUNK as i64) as usize;
@@ -412,6 +461,8 @@ struct PipeFile;
 struct Pending {
     text: Text,
     pos: usize,
+    /// Kernel addresses are hashed for this reader (see `control::hide_addrs`).
+    hide: bool,
 }
 
 #[vtable]
@@ -423,7 +474,8 @@ impl FileKind for PipeFile {
         let p = KBox::pin_init(
             new_mutex!(Pending {
                 text: Text::new(),
-                pos: 0
+                pos: 0,
+                hide: control::hide_addrs(),
             }),
             GFP_KERNEL,
         )?;
@@ -454,7 +506,8 @@ impl FileKind for PipeFile {
                 }
                 return Ok(n);
             }
-            reader::drain(tr, &mut g.text, count.min(READ_CHUNK))?;
+            let hide = g.hide;
+            reader::drain(tr, &mut g.text, count.min(READ_CHUNK), hide)?;
             // Room was made: a task waiting for it (lossless) may go on.
             // SAFETY: a C helper, process context.
             unsafe { bindings::fctrace_throttle_wake() };
@@ -486,7 +539,7 @@ impl FileKind for PipeFile {
         }
     }
 
-    fn release(tr: &'static Tracer, _data: &Self::Data) {
+    fn release(tr: &'static Tracer, _data: &Self::Data, _file: &OpenFile) {
         tr.readers.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: a C helper, process context.
         unsafe { bindings::fctrace_throttle_wake() };

@@ -17,6 +17,13 @@
 #include <linux/preempt.h>
 #include <linux/ptrace.h>
 #include <linux/rcupdate.h>
+#include <linux/binfmts.h>
+#include <linux/capability.h>
+#include <linux/security.h>
+#include <linux/siphash.h>
+#include <linux/once.h>
+#include <linux/random.h>
+#include <linux/pid_namespace.h>
 #include <linux/ring_buffer.h>
 #include <linux/sched.h>
 #include <linux/sched/clock.h>
@@ -153,6 +160,15 @@ u32 fctrace_cpu(void)
 	return raw_smp_processor_id();
 }
 
+/*
+ * A thread group that is gone or going: its last thread has passed the point of
+ * do_exit() where the group's live count drops to zero (it is a zombie, or exiting).
+ */
+static bool fctrace_group_dead(struct task_struct *t)
+{
+	return t->exit_state || atomic_read(&t->signal->live) == 0;
+}
+
 int fctrace_pid_to_tgid(int nr)
 {
 	struct task_struct *t;
@@ -160,22 +176,80 @@ int fctrace_pid_to_tgid(int nr)
 
 	rcu_read_lock();
 	t = pid_task(find_vpid(nr), PIDTYPE_PID);
-	if (t && !(t->flags & PF_KTHREAD))
+	if (t && !(t->flags & PF_KTHREAD) && !fctrace_group_dead(t))
 		tgid = t->tgid;
-	else if (t)
-		tgid = -EPERM;
 	rcu_read_unlock();
 	return tgid;
+}
+
+bool fctrace_tgid_alive(u32 tgid)
+{
+	struct task_struct *t;
+	bool alive;
+
+	rcu_read_lock();
+	t = pid_task(find_pid_ns(tgid, &init_pid_ns), PIDTYPE_TGID);
+	alive = t && !(t->flags & PF_KTHREAD) && !fctrace_group_dead(t);
+	rcu_read_unlock();
+	return alive;
+}
+
+u32 fctrace_tgid_vnr(u32 tgid)
+{
+	struct pid *pid;
+	u32 nr = 0;
+
+	rcu_read_lock();
+	pid = find_pid_ns(tgid, &init_pid_ns);
+	if (pid)
+		nr = pid_vnr(pid);
+	rcu_read_unlock();
+	return nr;
+}
+
+int fctrace_may_open(bool read, bool write, bool trace)
+{
+	if (write && !capable(CAP_SYS_ADMIN))
+		return -EPERM;
+	if (read && !perfmon_capable())
+		return -EPERM;
+	if (read && trace)
+		return security_locked_down(LOCKDOWN_TRACEFS);
+	return 0;
+}
+
+int fctrace_locked_down(void)
+{
+	return security_locked_down(LOCKDOWN_KPROBES);
+}
+
+bool fctrace_may_see_addrs(void)
+{
+	/* Any kernel address: as %pK shows it to the current task under kptr_restrict. */
+	void *p = (void *)fctrace_may_see_addrs;
+	char k[24], x[24];
+
+	snprintf(k, sizeof(k), "%pK", p);
+	snprintf(x, sizeof(x), "%px", p);
+	if (!strcmp(k, x))
+		return true;	/* kptr_restrict 1 and CAP_SYSLOG (or no_hash_pointers) */
+	if (k[strspn(k, "0")] == '\0')
+		return false;	/* kptr_restrict 2, or 1 without CAP_SYSLOG */
+	/* Hashed: kptr_restrict 0; /proc/kallsyms shows addresses to CAP_SYSLOG then. */
+	return has_capability_noaudit(current, CAP_SYSLOG);
+}
+
+static siphash_key_t fctrace_ptr_key;
+
+u32 fctrace_ptr_hash(u64 v)
+{
+	get_random_once(&fctrace_ptr_key, sizeof(fctrace_ptr_key));
+	return (u32)siphash_1u64(v, &fctrace_ptr_key);
 }
 
 int fctrace_task_tgid(const void *task)
 {
 	return ((const struct task_struct *)task)->tgid;
-}
-
-bool fctrace_current_last_thread(void)
-{
-	return atomic_read(&current->signal->live) <= 1;
 }
 
 unsigned int fctrace_nofs_save(void)
@@ -536,29 +610,48 @@ void __noreturn fctrace_return_lost(unsigned long retp)
 	      (void *)retp);
 }
 
-static struct tracepoint *fctrace_exit_tp;
+static struct tracepoint *fctrace_exit_tp, *fctrace_exec_tp;
 
 static void fctrace_exit_probe(void *data, struct task_struct *p)
 {
-	fctrace_task_exit((unsigned long)p);
+	/* After do_exit() counted the thread out of its group's live threads. */
+	fctrace_task_exit((unsigned long)p, p->pid, p->tgid,
+			  atomic_read(&p->signal->live) == 0);
 }
 
-static void fctrace_find_exit_tp(struct tracepoint *tp, void *priv)
+static void fctrace_exec_probe(void *data, struct task_struct *p, pid_t old_pid,
+			       struct linux_binprm *bprm)
+{
+	fctrace_task_exec(p->pid, old_pid, p->tgid, bprm->secureexec);
+}
+
+static void fctrace_find_tps(struct tracepoint *tp, void *priv)
 {
 	if (!strcmp(tp->name, "sched_process_exit"))
-		*(struct tracepoint **)priv = tp;
+		fctrace_exit_tp = tp;
+	else if (!strcmp(tp->name, "sched_process_exec"))
+		fctrace_exec_tp = tp;
 }
 
 int fctrace_exit_hook_register(void)
 {
 	int ret;
 
-	for_each_kernel_tracepoint(fctrace_find_exit_tp, &fctrace_exit_tp);
-	if (!fctrace_exit_tp)
+	for_each_kernel_tracepoint(fctrace_find_tps, NULL);
+	if (!fctrace_exit_tp || !fctrace_exec_tp)
 		return -ENOENT;
 	ret = tracepoint_probe_register(fctrace_exit_tp, fctrace_exit_probe, NULL);
 	if (ret)
-		fctrace_exit_tp = NULL;
+		goto none;
+	ret = tracepoint_probe_register(fctrace_exec_tp, fctrace_exec_probe, NULL);
+	if (ret) {
+		tracepoint_probe_unregister(fctrace_exit_tp, fctrace_exit_probe, NULL);
+		tracepoint_synchronize_unregister();
+		goto none;
+	}
+	return 0;
+none:
+	fctrace_exit_tp = fctrace_exec_tp = NULL;
 	return ret;
 }
 
@@ -567,8 +660,9 @@ void fctrace_exit_hook_unregister(void)
 	if (!fctrace_exit_tp)
 		return;
 	tracepoint_probe_unregister(fctrace_exit_tp, fctrace_exit_probe, NULL);
+	tracepoint_probe_unregister(fctrace_exec_tp, fctrace_exec_probe, NULL);
 	tracepoint_synchronize_unregister();
-	fctrace_exit_tp = NULL;
+	fctrace_exit_tp = fctrace_exec_tp = NULL;
 }
 
 /*

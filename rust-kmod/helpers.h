@@ -38,9 +38,28 @@ void fctrace_current_comm(u8 *comm16);
 u64 fctrace_clock(void);
 u32 fctrace_cpu(void);
 bool fctrace_maybe_traced(void);
+/*
+ * The thread group of thread `pid` (in the caller's PID namespace); -ESRCH if there is
+ * none, it is a kernel thread's, or the group is dead or dying (zombie, exiting).
+ */
 int fctrace_pid_to_tgid(int pid);
+/* Whether thread group `tgid` (global) is alive: not dead, not dying, not a kernel thread. */
+bool fctrace_tgid_alive(u32 tgid);
+/* Global `tgid` as the current task's PID namespace numbers it, 0 if it cannot see it. */
+u32 fctrace_tgid_vnr(u32 tgid);
 int fctrace_task_tgid(const void *task);
-bool fctrace_current_last_thread(void);
+/*
+ * Who may open a file of fctracefs: to write, CAP_SYS_ADMIN; to read, CAP_PERFMON (or
+ * CAP_SYS_ADMIN); to read a trace (`trace`, `trace_pipe`), also no lockdown
+ * (LOCKDOWN_TRACEFS). 0 or -EPERM.
+ */
+int fctrace_may_open(bool read, bool write, bool trace);
+/* security_locked_down(LOCKDOWN_KPROBES): 0, or -EPERM when probes may not be armed. */
+int fctrace_locked_down(void);
+/* Whether the current task may see kernel addresses (kptr_restrict, as %pK decides). */
+bool fctrace_may_see_addrs(void);
+/* A kernel address, hashed with a key made at the first call (what readers see instead). */
+u32 fctrace_ptr_hash(u64 v);
 unsigned int fctrace_nofs_save(void);
 void fctrace_nofs_restore(unsigned int flags);
 bool fctrace_addr_in_self(unsigned long addr);
@@ -125,7 +144,10 @@ void fctrace_irq_restore(unsigned long flags);
 bool fctrace_cmpxchg_word(unsigned long addr, unsigned long old, unsigned long new);
 /* A return came through fctrace_return that fctrace has no address for: cannot go on. */
 void __noreturn fctrace_return_lost(unsigned long retp);
-/* The sched_process_exit tracepoint calls fctrace_task_exit() (module lifetime). */
+/*
+ * The sched_process_exit tracepoint calls fctrace_task_exit(), sched_process_exec
+ * fctrace_task_exec() (module lifetime).
+ */
 int fctrace_exit_hook_register(void);
 void fctrace_exit_hook_unregister(void);
 /* Sleeps ms milliseconds in TASK_IDLE (no hung-task report, no signal wakes it). */
@@ -151,7 +173,8 @@ unsigned long fctrace_entry_trampoline_addr(void);
 /* Implemented in Rust. */
 bool fctrace_entry_wanted(u32 tgid);
 void fctrace_entry_hook(unsigned long ip, struct pt_regs *regs, unsigned int levels, bool shared);
-void fctrace_task_exit(unsigned long task);
+void fctrace_task_exit(unsigned long task, u32 pid, u32 tgid, bool group_dead);
+void fctrace_task_exec(u32 pid, u32 old_pid, u32 tgid, bool secureexec);
 unsigned long fctrace_return_handler(unsigned long sp, unsigned long rax);
 void fctrace_sync_work(void);
 void fctrace_reap_work(void);

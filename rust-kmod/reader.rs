@@ -3,6 +3,7 @@
 //! Turning ring-buffer events into text: `trace_pipe` (consuming, blocking) and `trace`
 //! (a snapshot, rendered as it is read).
 
+use crate::bindings;
 use crate::buffer::{Buffer, Event, Snapshot};
 use crate::engine::Tracer;
 use crate::format::{self, Options};
@@ -15,10 +16,18 @@ use kernel::prelude::*;
 /// the count asked for.
 pub(crate) const READ_CHUNK: usize = 64 << 10;
 
-fn options(tr: &Tracer) -> Options {
+/// The kernel's hash of a kernel address, for readers who may not see addresses.
+fn ptr_hash(v: u64) -> u32 {
+    // SAFETY: a C helper (siphash with a key of its own), process context.
+    unsafe { bindings::fctrace_ptr_hash(v) }
+}
+
+/// `hide`: the reader may not see kernel addresses (see `control::hide_addrs`).
+fn options(tr: &Tracer, hide: bool) -> Options {
     Options {
         retval: tr.settings.option(OptionName::Retval),
         duration: tr.settings.option(OptionName::Duration),
+        ptr_hash: if hide { Some(ptr_hash) } else { None },
     }
 }
 
@@ -28,6 +37,12 @@ fn render(t: &mut Text, ev: &Event, opts: Options, sym: &mut SymBuf) -> core::fm
         format::write_lost(t, ev.cpu, ev.lost)?;
     }
     let name = sym.name(ev.rec.func);
+    let mut hashed = format::HashedName::new();
+    // A callee without a symbol is named by its address: hashed for such readers.
+    let name = match opts.ptr_hash {
+        Some(h) if name.starts_with("0x") => hashed.set(h(ev.rec.func)),
+        _ => name,
+    };
     format::write_record(t, &ev.rec, name, opts)
 }
 
@@ -37,8 +52,8 @@ fn render(t: &mut Text, ev: &Event, opts: Options, sym: &mut SymBuf) -> core::fm
 /// when something inside it is, so a call and its return are never merged here (across
 /// CPUs whose clocks differ slightly, the return could come out before what the call
 /// did: merging would hide that).
-pub(crate) fn drain(tr: &Tracer, t: &mut Text, want: usize) -> Result {
-    let opts = options(tr);
+pub(crate) fn drain(tr: &Tracer, t: &mut Text, want: usize, hide: bool) -> Result {
+    let opts = options(tr, hide);
     let buf: &Buffer = &tr.buf;
     let mut sym = SymBuf::new()?;
     let mut rs = tr.reading.lock();
@@ -60,10 +75,12 @@ pub(crate) struct TraceReader {
     /// The file position where the last read ended.
     pub(crate) pos: i64,
     sym: SymBuf,
+    /// Kernel addresses are hashed for this reader.
+    pub(crate) hide: bool,
 }
 
 impl TraceReader {
-    pub(crate) fn new(st: &'static Tracer) -> Result<Self> {
+    pub(crate) fn new(st: &'static Tracer, hide: bool) -> Result<Self> {
         let mut t = Text::new();
         t.0.extend_from_slice(format::HEADER.as_bytes(), GFP_KERNEL)?;
         let snap = st.buf.snapshot()?;
@@ -81,6 +98,7 @@ impl TraceReader {
             off: 0,
             pos: 0,
             sym: SymBuf::new()?,
+            hide,
         })
     }
 
@@ -95,7 +113,7 @@ impl TraceReader {
             unsafe { self.text.0.set_len(len - self.off) };
             self.off = 0;
         }
-        let opts = options(st);
+        let opts = options(st, self.hide);
         while self.text.0.len() < count {
             let Some(ev) = self.snap.next() else { break };
             render(&mut self.text, &ev, opts, &mut self.sym).map_err(|_| ENOMEM)?;

@@ -545,16 +545,8 @@ impl Tracer {
             d.wait.pending = 0;
             self.release(slot);
         }
-        // SAFETY: a C accessor of `current`.
-        if unsafe { bindings::fctrace_current_last_thread() } {
-            for t in &self.traced {
-                let _ = t.compare_exchange(cur.tgid, 0, Ordering::AcqRel, Ordering::Relaxed);
-            }
-            if !self.any_traced() {
-                // The work item ends tracing.
-                self.kick_work();
-            }
-        }
+        // The process leaves `set_pid` at the `sched_process_exit` tracepoint, once its
+        // last thread is counted out (`Tracer::task_exited`), tracing or not.
         0
     }
 

@@ -199,6 +199,11 @@ fn read_kernel(addr: u64, buf: &mut [u8]) -> bool {
 pub(crate) struct Stats {
     pub(crate) reasons: [AtomicU64; Reason::COUNT],
     pub(crate) task_overflow: AtomicU64,
+    /// Traced processes that executed a program gaining privileges (set-user-ID,
+    /// set-group-ID, file capabilities) and so stopped being traced.
+    pub(crate) privileged_execs: AtomicU64,
+    /// Traced processes whose last thread exited (removed from `set_pid`).
+    pub(crate) processes_exited: AtomicU64,
     pub(crate) armed_ahead: AtomicU64,
     pub(crate) ahead_queued: AtomicU64,
     pub(crate) redirects: AtomicU64,
@@ -376,6 +381,9 @@ pub(crate) struct Tracer {
     /// When the oldest blocker not released yet was registered ([`clock_ns`]; 0: none),
     /// see `Tracer::schedule_optimize`.
     blockers_since: AtomicU64,
+    /// A process that stopped being traced at a privileged exec, for the work item to
+    /// name in `error_log` (the exec hook cannot take its mutex); 0: none.
+    privileged_exec_pid: AtomicU32,
     /// Probes are registered and tracing.
     pub(crate) active: AtomicBool,
     /// Open `trace_pipe` files.
@@ -528,6 +536,75 @@ impl Tracer {
         fctrace_hot_mask.store(m, Ordering::Release);
     }
 
+    /// Removes `tgid` from the traced processes; when none is left, the work item ends
+    /// tracing. Any context. Whether it was traced.
+    fn untrace(&self, tgid: u32) -> bool {
+        let mut was = false;
+        for t in &self.traced {
+            was |= t
+                .compare_exchange(tgid, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok();
+        }
+        if was && self.active.load(Ordering::Acquire) && !self.any_traced() {
+            self.kick_work();
+        }
+        was
+    }
+
+    /// From the `sched_process_exit` tracepoint, for every task that exits (tracing or
+    /// not, so that a PID reused later is never traced): after the last thread of a
+    /// traced process is counted out (`group_dead`), the process is no longer traced.
+    pub(crate) fn task_exited(&self, tgid: u32, group_dead: bool) {
+        if group_dead && self.untrace(tgid) {
+            self.stats.processes_exited.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// From the `sched_process_exec` tracepoint, in the task that completed an exec.
+    /// A thread other than the leader that execs takes the leader's ID (`de_thread()`):
+    /// its tree's slot follows it, and the leader's (it is gone) is freed. A process that
+    /// executed a program that gains privileges (`secureexec`: set-user-ID, set-group-ID,
+    /// file capabilities; AT_SECURE) stops being traced, as a ptrace tracer without
+    /// CAP_SYS_PTRACE would lose it: what the privileged program does is not the tracer's
+    /// to see unless it chooses that process again (writes its PID after the exec).
+    pub(crate) fn task_exec(&self, pid: u32, old_pid: u32, tgid: u32, secure: bool) {
+        if !self.is_traced(tgid) {
+            return;
+        }
+        if pid != old_pid {
+            if let Some(dead) = self.slot(pid) {
+                self.release(dead);
+            }
+            if let Some(s) = self.slot(old_pid) {
+                // Only this thread uses its slot, and this is that thread.
+                self.rename(s, pid);
+            }
+        }
+        if secure && self.untrace(tgid) {
+            // After the exec this thread is the process's only one; its hooked returns
+            // are restored without it (they need no slot).
+            if let Some(s) = self.slot(pid) {
+                self.release(s);
+            }
+            self.stats.privileged_execs.fetch_add(1, Ordering::Relaxed);
+            self.privileged_exec_pid.store(tgid, Ordering::Release);
+            self.kick_work();
+        }
+    }
+
+    /// In the work item: names in `error_log` the process that stopped being traced at a
+    /// privileged exec, if any.
+    fn log_privileged_exec(&self) {
+        let pid = self.privileged_exec_pid.swap(0, Ordering::AcqRel);
+        if pid != 0 {
+            self.log(format_args!(
+                "set_pid: process {} executed a program that gains privileges \
+                 (set-user-ID, set-group-ID or file capabilities): no longer traced",
+                pid
+            ));
+        }
+    }
+
     pub(crate) fn any_traced(&self) -> bool {
         self.traced.iter().any(|t| t.load(Ordering::Relaxed) != 0)
     }
@@ -574,6 +651,7 @@ impl TracerHandle {
                 traced: [const { AtomicU32::new(0) }; MAX_PIDS],
                 traced_mask: AtomicU64::new(0),
                 blockers_since: AtomicU64::new(0),
+                privileged_exec_pid: AtomicU32::new(0),
                 active: AtomicBool::new(false),
                 readers: AtomicUsize::new(0),
                 generation: AtomicU32::new(1),

@@ -369,6 +369,12 @@ impl Tracer {
         slot.pid.store(0, Ordering::Release);
     }
 
+    /// Gives `slot` to its thread's new ID `pid` (an exec from a thread other than the
+    /// leader). Called by that thread.
+    pub(crate) fn rename(&self, slot: &TaskSlot, pid: u32) {
+        slot.pid.store(pid, Ordering::Release);
+    }
+
     /// Writes a record to the buffer (its `cpu` set to this CPU's).
     fn write(&self, r: &mut Record) {
         self.buf.write(r);

@@ -593,6 +593,7 @@ impl Tracer {
     /// The work item: tracing ends when no traced process is left; otherwise tasks in the
     /// trampoline are served and functions first called in atomic context armed ahead.
     fn sync_work(&self) {
+        self.log_privileged_exec();
         let mut inner = self.lock();
         if !self.active.load(Ordering::Acquire) {
             return;

@@ -15,12 +15,46 @@ use crate::record::{
 use core::fmt::{self, Write};
 
 /// How records are shown.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub struct Options {
     /// Show return values on closing lines.
     pub retval: bool,
     /// Show durations.
     pub duration: bool,
+    /// For a reader who may not see kernel addresses (`kptr_restrict`): the hash that
+    /// stands for one, shown as `ptr:` and 8 hex digits (equal addresses, equal hashes).
+    pub ptr_hash: Option<fn(u64) -> u32>,
+}
+
+/// Whether `v` is an address in the kernel's half of the address space (and not a
+/// negative errno).
+pub fn is_kernel_addr(v: u64) -> bool {
+    v >> 63 == 1 && !(-4095..0).contains(&(v as i64))
+}
+
+/// The name of a callee without a symbol for a reader who may not see addresses:
+/// `ptr:` and the address's hash, made without allocating.
+pub struct HashedName([u8; 12]);
+
+impl HashedName {
+    pub const fn new() -> Self {
+        HashedName(*b"ptr:00000000")
+    }
+
+    /// Fills in `hash` and returns the name.
+    pub fn set(&mut self, hash: u32) -> &str {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        for i in 0..8 {
+            self.0[4 + i] = HEX[((hash >> (28 - 4 * i)) & 0xf) as usize];
+        }
+        core::str::from_utf8(&self.0).unwrap_or("ptr:?")
+    }
+}
+
+impl Default for HashedName {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// The header printed at the top of `trace`.
@@ -107,7 +141,7 @@ fn write_comment(
     w.write_str(" */")
 }
 
-struct Retval(u64);
+struct Retval(u64, Option<fn(u64) -> u32>);
 
 impl fmt::Display for Retval {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -115,6 +149,8 @@ impl fmt::Display for Retval {
         let v = self.0 as i64;
         if (-4095..0).contains(&v) {
             write!(f, "ret={}", v)
+        } else if let Some(h) = self.1.filter(|_| is_kernel_addr(self.0)) {
+            write!(f, "ret=ptr:{:08x}", h(self.0))
         } else {
             write!(f, "ret={:#x}", self.0)
         }
@@ -177,7 +213,7 @@ pub fn write_record(w: &mut impl Write, r: &Record, name: &str, opts: Options) -
         n += 1;
     }
     if let Some(c) = closing.filter(|c| opts.retval && c.flags & F_RETVAL != 0) {
-        retval = Retval(c.retval);
+        retval = Retval(c.retval, opts.ptr_hash);
         if n < notes.len() {
             notes[n] = &retval;
             n += 1;
@@ -237,6 +273,7 @@ mod tests {
     const ALL: Options = Options {
         retval: true,
         duration: true,
+        ptr_hash: None,
     };
 
     #[test]
@@ -310,6 +347,7 @@ mod tests {
             Options {
                 retval: true,
                 duration: false,
+                ptr_hash: None,
             },
         )
         .unwrap();
@@ -359,5 +397,47 @@ mod tests {
             " 1)             cat-83 |                 |  <========== softirq\n",
         );
         assert_eq!(s, expected);
+    }
+
+    fn fake_hash(v: u64) -> u32 {
+        (v >> 8) as u32 ^ 0x5a5a_5a5a
+    }
+
+    #[test]
+    fn hidden_kernel_pointers_are_hashed() {
+        let mut r = rec(Kind::Ret, 1);
+        r.flags = F_RETVAL;
+        r.retval = 0xffff_8880_0123_4500;
+        let opts = Options {
+            ptr_hash: Some(fake_hash),
+            ..ALL
+        };
+        let mut s = String::new();
+        write_record(&mut s, &r, "kmalloc", opts).unwrap();
+        let want = std::format!("ret=ptr:{:08x}", fake_hash(0xffff_8880_0123_4500));
+        assert!(s.contains(&want), "{}", s);
+        assert!(!s.contains("ffff8880"), "{}", s);
+        // Errnos and small values are not addresses: shown as they are.
+        for (v, text) in [((-2i64) as u64, "ret=-2"), (0x1d, "ret=0x1d")] {
+            r.retval = v;
+            let mut s = String::new();
+            write_record(&mut s, &r, "f", opts).unwrap();
+            assert!(s.contains(text), "{}", s);
+        }
+        // A reader who may see addresses sees the value.
+        r.retval = 0xffff_8880_0123_4500;
+        let mut s = String::new();
+        write_record(&mut s, &r, "kmalloc", ALL).unwrap();
+        assert!(s.contains("ret=0xffff888001234500"), "{}", s);
+    }
+
+    #[test]
+    fn hashed_names() {
+        let mut n = HashedName::new();
+        assert_eq!(n.set(0x0123_abcd), "ptr:0123abcd");
+        assert_eq!(n.set(0xffff_ffff), "ptr:ffffffff");
+        assert!(is_kernel_addr(0xffff_ffff_8100_0000));
+        assert!(!is_kernel_addr(0x7fff_ffff_f000));
+        assert!(!is_kernel_addr((-12i64) as u64));
     }
 }
