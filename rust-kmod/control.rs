@@ -193,7 +193,7 @@ pub(crate) fn render(tr: &Tracer, id: FileId, t: &mut Text) -> core::fmt::Result
             Ok(())
         }
         FileId::StartFunction => {
-            let start = tr.lock().start;
+            let start = tr.shown.lock().start;
             match start {
                 None => t.write_str("# all system calls\n"),
                 Some(a) => {
@@ -202,22 +202,12 @@ pub(crate) fn render(tr: &Tracer, id: FileId, t: &mut Text) -> core::fmt::Result
                 }
             }
         }
-        FileId::Filter => {
-            let inner = tr.lock();
-            for p in inner.filter_patterns() {
-                if p.negate {
-                    t.write_str("!")?;
-                }
-                t.push_bytes(p.glob)?;
-                t.write_str("\n")?;
-            }
-            Ok(())
-        }
+        FileId::Filter => t.push_bytes(&tr.shown.lock().filter),
         FileId::MaxDepth => writeln!(t, "{}", set.max_depth.load(Ordering::Relaxed)),
         FileId::MaxProbes => writeln!(t, "{}", set.max_probes.load(Ordering::Relaxed)),
         FileId::DisarmAfter => writeln!(t, "{}", set.disarm_after_s.load(Ordering::Relaxed)),
         FileId::ArmWaitMs => writeln!(t, "{}", set.arm_wait_ms.load(Ordering::Relaxed)),
-        FileId::TracingOn => writeln!(t, "{}", u8::from(tr.lock().tracing_on)),
+        FileId::TracingOn => writeln!(t, "{}", u8::from(tr.shown.lock().tracing_on)),
         FileId::BufferSizeKb => writeln!(t, "{}", tr.buf.size_per_cpu() / 1024),
         FileId::Options => {
             for (opt, name, _) in OPTIONS {
@@ -302,6 +292,7 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     )?;
     writeln!(t, "irq_roots_missing: {}", n(&s.irq_roots_missing))?;
     writeln!(t, "lossless_waits: {}", n(&s.lossless_waits))?;
+    writeln!(t, "lossless_timeouts: {}", n(&s.lossless_timeouts))?;
     for v in 1..Reason::COUNT as u8 {
         let r = Reason::from_u8(v);
         let count = s.reasons.get(v as usize).map_or(0, n);
@@ -310,8 +301,22 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     Ok(())
 }
 
-/// Applies a write of `data` to `id`. `append`: the file was opened with O_APPEND.
+/// Applies a write of `data` to `id`. `append`: the write adds to a list file's list.
 pub(crate) fn write(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
+    let r = write_file(tr, id, data, append);
+    if matches!(
+        id,
+        FileId::TracingOn | FileId::StartFunction | FileId::Filter
+    ) {
+        // What reads show (they do not wait for the tracer's mutex); also after a
+        // failed write, which restored the old values.
+        let inner = tr.lock();
+        tr.publish_shown(&inner)?;
+    }
+    r
+}
+
+fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
     if data.len() > MAX_WRITE {
         return Err(EINVAL);
     }

@@ -494,25 +494,29 @@ impl FileKind for PipeFile {
         if count == 0 {
             return Ok(0);
         }
-        let mut g = data.lock();
         loop {
-            if g.pos < g.text.0.len() {
-                let n = count.min(g.text.0.len() - g.pos);
-                out.write_slice(&g.text.0[g.pos..g.pos + n])?;
-                g.pos += n;
-                if g.pos == g.text.0.len() {
-                    g.text = Text::new();
-                    g.pos = 0;
+            // The open file's text is locked only while it is filled and copied out, never
+            // across the wait below: two reads of one open file both wait interruptibly.
+            {
+                let mut g = data.lock();
+                if g.pos < g.text.0.len() {
+                    let n = count.min(g.text.0.len() - g.pos);
+                    out.write_slice(&g.text.0[g.pos..g.pos + n])?;
+                    g.pos += n;
+                    if g.pos == g.text.0.len() {
+                        g.text = Text::new();
+                        g.pos = 0;
+                    }
+                    return Ok(n);
                 }
-                return Ok(n);
-            }
-            let hide = g.hide;
-            reader::drain(tr, &mut g.text, count.min(READ_CHUNK), hide)?;
-            // Room was made: a task waiting for it (lossless) may go on.
-            // SAFETY: a C helper, process context.
-            unsafe { bindings::fctrace_throttle_wake() };
-            if !g.text.0.is_empty() {
-                continue;
+                let hide = g.hide;
+                reader::drain(tr, &mut g.text, count.min(READ_CHUNK), hide)?;
+                // Room was made: a task waiting for it (lossless) may go on.
+                // SAFETY: a C helper, process context.
+                unsafe { bindings::fctrace_throttle_wake() };
+                if !g.text.0.is_empty() {
+                    continue;
+                }
             }
             if file.nonblock {
                 return Err(EAGAIN);

@@ -32,6 +32,7 @@ impl EntryHooks {
         // SAFETY: a C wrapper; `ips` is valid for `ips.len()` words (`u64` is `unsigned
         // long` on 64-bit kernels), only read.
         let r = unsafe { bindings::fctrace_entry_hooks_add(ips.as_ptr().cast(), ips.len() as u32) };
+        crate::late_int3::text_changed();
         if r != 0 {
             return Err(Error::from_errno(r));
         }
@@ -45,6 +46,7 @@ impl EntryHooks {
         // SAFETY: a C wrapper; process context, no spinlock held (our callers hold only
         // the tracer's mutex).
         unsafe { bindings::fctrace_entry_hooks_clear() };
+        crate::late_int3::text_changed();
         self.ips = KVec::new();
     }
 }

@@ -50,6 +50,14 @@ struct trace_buffer *fctrace_rb_alloc(unsigned long size)
 	return ring_buffer_alloc(size, RB_FL_OVERWRITE);
 }
 
+/*
+ * The least stack a task must have left (below the probed instruction's stack pointer)
+ * to be sent to wait in the trampoline: a quarter of it (4 KiB of 16 KiB). A task with
+ * less counts as atomic: its calls not armed yet show as "not followed: atomic" and are
+ * armed ahead.
+ */
+#define FCTRACE_STACK_RESERVE (THREAD_SIZE / 4)
+
 int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bool irqs,
 			 bool *sleepable)
 {
@@ -110,8 +118,12 @@ int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bo
 	 * context switch, so sleeping there would run the next task on this CPU with SMAP
 	 * off (or string instructions backwards). The trampoline counts any that gets
 	 * there anyway (stats: trampoline_unsafe_flags).
+	 *
+	 * Nor a task deep in its stack: the trampoline's frame, the wait and the scheduler
+	 * below it need room the call at hand may not have left (FCTRACE_STACK_RESERVE).
 	 */
-	*sleepable = !(pc & (PREEMPT_MASK | SOFTIRQ_MASK)) &&
+	*sleepable = regs->sp - (unsigned long)task_stack_page(current) >= FCTRACE_STACK_RESERVE &&
+		     !(pc & (PREEMPT_MASK | SOFTIRQ_MASK)) &&
 		     READ_ONCE(current->__state) == TASK_RUNNING &&
 		     (regs->flags & X86_EFLAGS_IF) &&
 		     !(regs->flags & (X86_EFLAGS_AC | X86_EFLAGS_DF)) &&
@@ -480,6 +492,11 @@ int fctrace_throttle_sleep(unsigned int ms)
 					 atomic_read(&fctrace_throttle_seq) != seq,
 					 msecs_to_jiffies(ms));
 	return signal_pending(current);
+}
+
+u32 fctrace_throttle_progress(void)
+{
+	return atomic_read(&fctrace_throttle_seq);
 }
 
 void fctrace_throttle_wake(void)

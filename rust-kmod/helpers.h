@@ -109,6 +109,8 @@ void fctrace_wake_sync(void);
  */
 int fctrace_throttle_sleep(unsigned int ms);
 void fctrace_throttle_wake(void);
+/* How often fctrace_throttle_wake() was called (readers took events). */
+u32 fctrace_throttle_progress(void);
 /*
  * Arming by the work item: a traced task in the trampoline reads the sequence number,
  * checks whether its request is done, and if not sleeps until the work item bumps the

@@ -249,6 +249,7 @@ impl<D: Handler> Probe<D> {
             let mut one = [self.hdr.blocker.get()];
             // SAFETY: the blocker was registered (its flag was set until the swap).
             unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
+            crate::late_int3::text_changed();
         }
     }
 
@@ -317,6 +318,7 @@ impl<D: Handler> Probe<D> {
                 // Dropping or a batch unregisters it; refuse the site.
                 // SAFETY: registered just above.
                 unsafe { bindings::unregister_kprobes([kp].as_mut_ptr(), 1) };
+                crate::late_int3::text_changed();
                 self.registered.store(false, Ordering::Release);
                 return Err(Error::from_errno(r));
             }
@@ -403,6 +405,7 @@ impl<D> Drop for Probe<D> {
             // SAFETY: the probe is registered (invariant), and so is the blocker when its
             // flag was set; unregistering them is valid.
             unsafe { bindings::unregister_kprobes(two.as_mut_ptr(), n) };
+            crate::late_int3::text_changed();
             self.registered.store(false, Ordering::Release);
         }
     }
@@ -484,6 +487,7 @@ impl<'a> Batch<'a> {
             // SAFETY: `p` was registered (its flag was set until the swap above, which
             // only this batch won).
             unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
+            crate::late_int3::text_changed();
         }
         self.add_blocker(p);
     }
@@ -499,6 +503,7 @@ impl<'a> Batch<'a> {
             // SAFETY: the blocker was registered (its flag was set until the swap above,
             // which only this batch won).
             unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
+            crate::late_int3::text_changed();
         }
     }
 
@@ -519,5 +524,6 @@ impl Drop for Batch<'_> {
         // listed once, that nothing else unregisters, and still alive (the batch borrows
         // the probes).
         unsafe { bindings::unregister_kprobes(self.list.as_mut_ptr(), self.list.len() as c_int) };
+        crate::late_int3::text_changed();
     }
 }

@@ -26,6 +26,29 @@ const NOTIFY_STOP: c_int = 0x8001; // NOTIFY_OK | NOTIFY_STOP_MASK
 /// Late int3s recovered, for `stats`.
 pub(crate) static RECOVERED: AtomicU64 = AtomicU64::new(0);
 
+/// When fctrace last removed breakpoints or patched ftrace sites
+/// ([`crate::engine::clock_ns`]); 0: never.
+static LAST_TEXT_CHANGE: AtomicU64 = AtomicU64::new(0);
+
+/// How long after such a change an unclaimed int3 may still be a late one of fctrace's.
+const LATE_WINDOW_NS: u64 = 2_000_000_000;
+
+/// fctrace removed breakpoints or patched ftrace sites: a late int3 may follow.
+pub(crate) fn text_changed() {
+    LAST_TEXT_CHANGE.store(crate::engine::clock_ns().max(1), Ordering::Release);
+}
+
+/// Whether an unclaimed int3 now can be a late one of fctrace's: tracing, or shortly
+/// after fctrace changed kernel text. Otherwise the kernel reports it as it would
+/// without fctrace.
+fn may_be_ours() -> bool {
+    if crate::engine::tracer().is_some_and(|t| t.active.load(Ordering::Acquire)) {
+        return true;
+    }
+    let last = LAST_TEXT_CHANGE.load(Ordering::Acquire);
+    last != 0 && crate::engine::clock_ns().saturating_sub(last) < LATE_WINDOW_NS
+}
+
 /// A registered die notifier; unregistered on drop.
 pub(crate) struct Guard {
     nb: Pin<KBox<Opaque<bindings::notifier_block>>>,
@@ -68,13 +91,21 @@ fn recover(regs: &mut bindings::pt_regs) -> bool {
     if cs & 3 != 0 {
         return false;
     }
+    if !may_be_ours() {
+        return false;
+    }
     let addr = (regs.ip as u64).wrapping_sub(1);
-    let mut byte = 0u8;
-    // SAFETY: `copy_from_kernel_nofault` never faults; the destination is a local byte.
+    let mut before = [INT3; 2];
+    // SAFETY: `copy_from_kernel_nofault` never faults; the destination is a local array
+    // of the two bytes copied.
     let r = unsafe {
-        bindings::copy_from_kernel_nofault((&mut byte as *mut u8).cast(), addr as *const c_void, 1)
+        bindings::copy_from_kernel_nofault(
+            before.as_mut_ptr().cast(),
+            addr.wrapping_sub(1) as *const c_void,
+            2,
+        )
     };
-    if r != 0 || byte == INT3 {
+    if r != 0 || !crate::decode::late_int3_rewind(before) {
         return false;
     }
     regs.ip = addr as _;

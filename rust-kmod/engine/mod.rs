@@ -232,6 +232,8 @@ pub(crate) struct Stats {
     pub(crate) irq_roots_missing: AtomicU64,
     /// `lossless` option: times a traced task waited for the reader.
     pub(crate) lossless_waits: AtomicU64,
+    /// `lossless`: waits given up because the readers took nothing for a second.
+    pub(crate) lossless_timeouts: AtomicU64,
     /// Functions disarmed lazily (idle, or to make room under `max_probes`).
     pub(crate) funcs_disarmed: AtomicU64,
     /// Probe registrations tried, and the time spent in them (ns): what arming costs.
@@ -358,6 +360,16 @@ impl TracerInner {
     }
 }
 
+/// What reading `tracing_on`, `start_function` and `filter` shows: a copy of those
+/// fields of [`TracerInner`], made by their writers while they hold its mutex (then
+/// this one), so that a reader never waits for an arming pass that holds that mutex.
+pub(crate) struct Shown {
+    pub(crate) tracing_on: bool,
+    pub(crate) start: Option<u64>,
+    /// `filter`'s text, one pattern a line.
+    pub(crate) filter: KVec<u8>,
+}
+
 /// Everything the engine has.
 #[pin_data]
 pub(crate) struct Tracer {
@@ -367,6 +379,9 @@ pub(crate) struct Tracer {
     /// Lines for `error_log`.
     #[pin]
     pub(crate) errors: Mutex<ErrorLog>,
+    /// What reads of the settings under `inner` show (see [`Shown`]).
+    #[pin]
+    pub(crate) shown: Mutex<Shown>,
     pub(crate) buf: Buffer,
     /// Where `trace_pipe` readers are in the buffer.
     #[pin]
@@ -496,6 +511,23 @@ impl Tracer {
             nofs,
             stats: &self.stats,
         }
+    }
+
+    /// Copies the settings that reads show from `inner` (after a write to them).
+    pub(crate) fn publish_shown(&self, inner: &TracerInner) -> Result {
+        let mut filter = KVec::new();
+        for p in inner.filter_patterns() {
+            if p.negate {
+                filter.push(b'!', GFP_KERNEL)?;
+            }
+            filter.extend_from_slice(p.glob, GFP_KERNEL)?;
+            filter.push(b'\n', GFP_KERNEL)?;
+        }
+        let mut shown = self.shown.lock();
+        shown.tracing_on = inner.tracing_on;
+        shown.start = inner.start;
+        shown.filter = filter;
+        Ok(())
     }
 
     /// Adds a line to `error_log`.
@@ -645,6 +677,11 @@ impl TracerHandle {
             pin_init!(Tracer {
                 inner <- new_mutex!(TracerInner::new()),
                 errors <- new_mutex!(ErrorLog::new()),
+                shown <- new_mutex!(Shown {
+                    tracing_on: true,
+                    start: None,
+                    filter: KVec::new(),
+                }),
                 buf,
                 reading <- new_mutex!(reading),
                 settings: Settings::new(),

@@ -55,6 +55,9 @@ pub(crate) struct Waits {
     wanted_next: AtomicUsize,
     /// The work item is arming what it took from `wanted` (counted as pending).
     ahead_busy: AtomicBool,
+    /// `lossless`: the readers' progress count ([`reader_progress`]) when a task last gave
+    /// up waiting for them; while it is unchanged, no task waits. `u64::MAX`: none.
+    stalled_at: AtomicU64,
 }
 
 impl Waits {
@@ -65,6 +68,7 @@ impl Waits {
             wanted: [const { AtomicU64::new(0) }; WANTED],
             wanted_next: AtomicUsize::new(0),
             ahead_busy: AtomicBool::new(false),
+            stalled_at: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -166,12 +170,18 @@ impl Tracer {
         self.settings.option(OptionName::Lossless)
             && self.readers.load(Ordering::Relaxed) != 0
             && self.buf.fill_permille(this_cpu()) > 500
+            && self.waits.stalled_at.load(Ordering::Relaxed) != reader_progress()
     }
 
     /// `lossless`, in the trampoline (the task may sleep): waits until every sub-buffer is
-    /// at most a quarter full, the reader goes away, tracing stops, or a signal comes.
+    /// at most a quarter full, the reader goes away, tracing stops, or a signal comes; or
+    /// until the readers have taken nothing for [`LOSSLESS_STALL_MS`] (a reader stopped
+    /// with SIGSTOP, say: the task may hold `mmap_lock` or an inode's lock). Then no task
+    /// waits again until a reader takes something: events are lost, and counted, instead.
     fn throttle_wait(&self) {
         self.stats.lossless_waits.fetch_add(1, Ordering::Relaxed);
+        let mut seen = reader_progress();
+        let mut quiet_ms = 0;
         while self.active.load(Ordering::Acquire)
             && self.settings.option(OptionName::Lossless)
             && self.readers.load(Ordering::Relaxed) > 0
@@ -179,6 +189,18 @@ impl Tracer {
         {
             // SAFETY: sleeping is allowed in the trampoline (sleepable context, no locks).
             if unsafe { bindings::fctrace_throttle_sleep(100) } != 0 {
+                break;
+            }
+            let now = reader_progress();
+            if now != seen {
+                seen = now;
+                quiet_ms = 0;
+                continue;
+            }
+            quiet_ms += 100;
+            if quiet_ms >= LOSSLESS_STALL_MS {
+                self.waits.stalled_at.store(now, Ordering::Relaxed);
+                self.stats.lossless_timeouts.fetch_add(1, Ordering::Relaxed);
                 break;
             }
         }
@@ -631,6 +653,16 @@ impl Tracer {
         // SAFETY: waits for an RCU-tasks grace period; callable from process context.
         unsafe { bindings::synchronize_rcu_tasks() };
     }
+}
+
+/// `lossless`: the longest a traced task waits for readers that take nothing.
+const LOSSLESS_STALL_MS: u32 = 1000;
+
+/// How often readers took events (it changes with every `trace_pipe` read that drained
+/// the buffer, and when a reader closes).
+fn reader_progress() -> u64 {
+    // SAFETY: a C helper reading an atomic counter; any context.
+    u64::from(unsafe { bindings::fctrace_throttle_progress() })
 }
 
 /// Wakes the tasks waiting in the trampoline (they check their requests).

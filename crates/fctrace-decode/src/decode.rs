@@ -755,3 +755,15 @@ pub fn scan<F: FnMut(u32, &Insn)>(
     }
     Ok(())
 }
+
+/// Whether a breakpoint trap nobody claimed is a *late* int3 to run again: one executed
+/// at an address whose `0xcc` another CPU has just replaced by the instruction's first
+/// byte again (`rust-kmod/late_int3.rs`). `before` are the two bytes before the trap's
+/// return address. Not when the `0xcc` is still there (someone else's breakpoint), nor
+/// when the two bytes are `cd 03`: that is `int $3`, a two-byte instruction whose trap
+/// returns past both, and rewinding one byte would land inside it. (A restored `03`
+/// opcode after an instruction ending in `cd` looks the same: not rewound either, the
+/// kernel then reports the trap as it would without fctrace.)
+pub fn late_int3_rewind(before: [u8; 2]) -> bool {
+    !matches!(before, [_, 0xcc] | [0xcd, 0x03])
+}

@@ -714,3 +714,18 @@ fn post_site_runs() {
     let s = steps(&code);
     assert!(next_pre_site(&s, 0, 0, |_| false).is_some());
 }
+
+#[test]
+fn late_int3() {
+    use fctrace_decode::late_int3_rewind;
+    // The breakpoint is gone: `push %rbp` (0x55) is back after a `ret` (0xc3).
+    assert!(late_int3_rewind([0xc3, 0x55]));
+    // Still there: someone else's breakpoint.
+    assert!(!late_int3_rewind([0xc3, 0xcc]));
+    assert!(!late_int3_rewind([0xcc, 0xcc]));
+    // `int $3` (cd 03): its trap returns past both bytes; one back is inside it.
+    assert!(!late_int3_rewind([0xcd, 0x03]));
+    // Other `int n` and a restored `add` (03 /r) after anything else are rewound.
+    assert!(late_int3_rewind([0xcd, 0x04]));
+    assert!(late_int3_rewind([0x90, 0x03]));
+}
