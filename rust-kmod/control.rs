@@ -309,9 +309,17 @@ pub(crate) fn write(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Resul
         FileId::TracingOn | FileId::StartFunction | FileId::Filter
     ) {
         // What reads show (they do not wait for the tracer's mutex); also after a
-        // failed write, which restored the old values.
+        // failed write, which restored the old values. Without memory for the copy,
+        // reads show the old filter until the next write: said in `error_log`, and the
+        // write itself stands.
         let inner = tr.lock();
-        tr.publish_shown(&inner)?;
+        let shown = tr.publish_shown(&inner);
+        drop(inner);
+        if shown.is_err() {
+            tr.log(format_args!(
+                "filter: no memory to copy the patterns for reading; reads show the old ones"
+            ));
+        }
     }
     r
 }

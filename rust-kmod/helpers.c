@@ -90,6 +90,14 @@ int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bo
 	}
 	if (pc & NMI_MASK)
 		return FCTRACE_CTX_NONE;
+	/*
+	 * An interrupt taken while the task exits (do_exit() set PF_EXITING; its own tree
+	 * was closed at do_exit()'s entry) is not the task's: tracing may stop before the
+	 * interrupt returns (the process leaves set_pid at sched_process_exit), which would
+	 * leave its tree open.
+	 */
+	if ((pc & (HARDIRQ_MASK | SOFTIRQ_OFFSET)) && (current->flags & PF_EXITING))
+		return FCTRACE_CTX_NONE;
 	if (pc & HARDIRQ_MASK)
 		return irqs ? FCTRACE_CTX_HARDIRQ : FCTRACE_CTX_NONE;
 	if (pc & SOFTIRQ_OFFSET)
@@ -101,7 +109,8 @@ int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bo
 	 * of its call tree; with irqs it is shown as a softirq.
 	 */
 	if (regs->sp - (unsigned long)task_stack_page(current) >= THREAD_SIZE)
-		return irqs ? FCTRACE_CTX_SOFTIRQ : FCTRACE_CTX_NONE;
+		return irqs && !(current->flags & PF_EXITING) ? FCTRACE_CTX_SOFTIRQ :
+								FCTRACE_CTX_NONE;
 	/*
 	 * The task does not arm itself: it waits, with a timeout, for the work item
 	 * that arms (engine/wait.rs, arm_pending). So the sleeping locks it may hold

@@ -513,20 +513,24 @@ impl Tracer {
         }
     }
 
-    /// Copies the settings that reads show from `inner` (after a write to them).
+    /// Copies the settings that reads show from `inner` (after a write to them). On
+    /// failure (no memory for the filter's text) only the filter is left as it was.
     pub(crate) fn publish_shown(&self, inner: &TracerInner) -> Result {
-        let mut filter = KVec::new();
-        for p in inner.filter_patterns() {
-            if p.negate {
-                filter.push(b'!', GFP_KERNEL)?;
+        let filter = (|| -> Result<KVec<u8>> {
+            let mut filter = KVec::new();
+            for p in inner.filter_patterns() {
+                if p.negate {
+                    filter.push(b'!', GFP_KERNEL)?;
+                }
+                filter.extend_from_slice(p.glob, GFP_KERNEL)?;
+                filter.push(b'\n', GFP_KERNEL)?;
             }
-            filter.extend_from_slice(p.glob, GFP_KERNEL)?;
-            filter.push(b'\n', GFP_KERNEL)?;
-        }
+            Ok(filter)
+        })();
         let mut shown = self.shown.lock();
         shown.tracing_on = inner.tracing_on;
         shown.start = inner.start;
-        shown.filter = filter;
+        shown.filter = filter?;
         Ok(())
     }
 
