@@ -19,7 +19,7 @@ use crate::text::Text;
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
 use core::pin::Pin;
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::alloc::KVec;
 use kernel::ffi::{c_char, c_int, c_uint, c_void};
 use kernel::new_mutex;
@@ -298,8 +298,9 @@ struct ControlFile;
 
 /// An open control file's state.
 struct ControlOpen {
-    /// Writes this open file has taken (the first replaces a list, later ones add to it).
-    writes: AtomicU32,
+    /// A write of this open file was taken (the first replaces a list, later ones add
+    /// to it).
+    taken: AtomicBool,
     /// A write was tried, whether it was taken or not.
     tried: AtomicBool,
     /// Opened with `O_TRUNC` (the VFS clears it from the file's flags after open).
@@ -313,7 +314,7 @@ impl FileKind for ControlFile {
     fn open(_tr: &'static Tracer, file: &OpenFile) -> Result<KBox<ControlOpen>> {
         Ok(KBox::new(
             ControlOpen {
-                writes: AtomicU32::new(0),
+                taken: AtomicBool::new(false),
                 tried: AtomicBool::new(false),
                 truncate: file.truncate,
             },
@@ -338,9 +339,9 @@ impl FileKind for ControlFile {
     /// does not count.
     fn write(tr: &'static Tracer, data: &ControlOpen, file: &OpenFile, input: &[u8]) -> Result {
         data.tried.store(true, Ordering::Release);
-        let append = file.append || data.writes.load(Ordering::Acquire) > 0;
+        let append = file.append || data.taken.load(Ordering::Acquire);
         control::write(tr, file.id, input, append)?;
-        data.writes.fetch_add(1, Ordering::AcqRel);
+        data.taken.store(true, Ordering::Release);
         Ok(())
     }
 

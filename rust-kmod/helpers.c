@@ -641,7 +641,7 @@ static struct tracepoint *fctrace_exit_tp, *fctrace_exec_tp;
 static void fctrace_exit_probe(void *data, struct task_struct *p)
 {
 	/* After do_exit() counted the thread out of its group's live threads. */
-	fctrace_task_exit((unsigned long)p, p->pid, p->tgid,
+	fctrace_task_exit((unsigned long)p, p->tgid,
 			  atomic_read(&p->signal->live) == 0);
 }
 

@@ -175,7 +175,7 @@ unsigned long fctrace_entry_trampoline_addr(void);
 /* Implemented in Rust. */
 bool fctrace_entry_wanted(u32 tgid);
 void fctrace_entry_hook(unsigned long ip, struct pt_regs *regs, unsigned int levels, bool shared);
-void fctrace_task_exit(unsigned long task, u32 pid, u32 tgid, bool group_dead);
+void fctrace_task_exit(unsigned long task, u32 tgid, bool group_dead);
 void fctrace_task_exec(u32 pid, u32 old_pid, u32 tgid, bool secureexec);
 unsigned long fctrace_return_handler(unsigned long sp, unsigned long rax);
 void fctrace_sync_work(void);

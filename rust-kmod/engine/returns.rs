@@ -475,7 +475,7 @@ pub(crate) extern "C" fn fctrace_return_handler(sp: u64, rax: u64) -> u64 {
 /// Called from the `sched_process_exit` tracepoint for the exiting `task` (current), of
 /// thread group `tgid`; `group_dead`: no thread of it is left alive.
 #[no_mangle]
-pub(crate) extern "C" fn fctrace_task_exit(task: u64, _pid: u32, tgid: u32, group_dead: bool) {
+pub(crate) extern "C" fn fctrace_task_exit(task: u64, tgid: u32, group_dead: bool) {
     if let Some(tr) = tracer() {
         tr.returns.forget(task);
         tr.task_exited(tgid, group_dead);
