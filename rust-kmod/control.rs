@@ -242,6 +242,7 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "call_sites_unprobeable: {}", n(&s.sites_unprobeable))?;
     writeln!(t, "trampoline_entries: {}", n(&s.redirects))?;
     writeln!(t, "trampoline_unsafe_flags: {}", n(&s.unsafe_flags))?;
+    writeln!(t, "trampoline_tasks: {}", tr.trampoline_tasks())?;
     writeln!(t, "tasks_overflow: {}", n(&s.task_overflow))?;
     writeln!(t, "processes_exited: {}", n(&s.processes_exited))?;
     writeln!(t, "privileged_execs_untraced: {}", n(&s.privileged_execs))?;

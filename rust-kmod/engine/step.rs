@@ -192,8 +192,18 @@ impl Tracer {
                 at_site.sp = sp as _;
                 at_site.ip = site.addr as _;
                 // (`d` is not used after this: the call-site handler takes the tree.)
-                self.on_site(site, &mut at_site, via);
-                return 0;
+                // `early`: changes of the copy take no effect, so what needs the call made
+                // at the site (the lossless wait) answers Step: the task steps there.
+                // (Run as a call site's handler, the wait sent a copy of the registers to
+                // the trampoline: the task never went, and stayed counted in it.)
+                if let SiteCall::Done(_) = self.site_call(site, &mut at_site, via, true) {
+                    return 0;
+                }
+                // SAFETY: as above; the call-site handler's reference to the tree has ended.
+                let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
+                    return 0;
+                };
+                return self.step_to_site(d, site, regs, via);
             }
         }
         // A direct call watched from its pre-site and post-site: the call-site handler runs
@@ -241,6 +251,18 @@ impl Tracer {
                 return 0;
             }
         }
+        self.step_to_site(d, site, regs, via)
+    }
+
+    /// Has the task single-step from the pre-site to the call site (the trap flag in
+    /// `regs`), where the step's trap runs the call-site handler.
+    fn step_to_site(
+        &self,
+        d: &mut TaskData,
+        site: &SiteData,
+        regs: &mut bindings::pt_regs,
+        via: u32,
+    ) -> c_int {
         // A step left over (its trap never came): it is over.
         if d.step.is_some() {
             self.stats.single_steps_lost.fetch_add(1, Ordering::Relaxed);

@@ -77,6 +77,11 @@ impl Waits {
         self.inflight.load(Ordering::Acquire) == 0
     }
 
+    /// Tasks in the trampoline now (sent there and not out of `fctrace_arm_pending` yet).
+    pub(crate) fn inflight(&self) -> usize {
+        self.inflight.load(Ordering::Relaxed)
+    }
+
     /// Drops what is queued for arming ahead (tracing stopped).
     pub(crate) fn clear_wanted(&self) {
         for w in &self.wanted {
@@ -147,6 +152,11 @@ impl Tracer {
         // SAFETY: a C accessor of a constant address.
         regs.ip = unsafe { bindings::fctrace_entry_trampoline_addr() } as _;
         regs.ax = ip as _;
+    }
+
+    /// Tasks in the trampoline now (`stats`: `trampoline_tasks`).
+    pub(crate) fn trampoline_tasks(&self) -> usize {
+        self.waits.inflight()
     }
 
     /// `lossless`: sends the task to the trampoline to wait for the reader, then to make

@@ -6,6 +6,10 @@
  *   poll:     open O_RDONLY|O_NONBLOCK, poll(POLLIN) with TIMEOUT_MS (default
  *             1000); prints "readable" or "timeout" (exit 0), "error ..." (exit 1).
  *   select:   like poll, with select().
+ *   slow:     open O_RDONLY (blocking), then forever: read 4 KiB, copy it to
+ *             standard output, sleep TIMEOUT_MS (default 200); a slow reader
+ *             that is one process (the shell's way, a dd per read, took over a
+ *             second per read on the debug kernel).
  * Busybox has no tool that does an O_NONBLOCK read or a poll.
  */
 #include <errno.h>
@@ -24,10 +28,10 @@ int main(int argc, char **argv)
 	int fd;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: fct_pipe_check nonblock|poll|select FILE [TIMEOUT_MS]\n");
+		fprintf(stderr, "usage: fct_pipe_check nonblock|poll|select|slow FILE [TIMEOUT_MS]\n");
 		return 2;
 	}
-	fd = open(argv[2], O_RDONLY | O_NONBLOCK);
+	fd = open(argv[2], !strcmp(argv[1], "slow") ? O_RDONLY : O_RDONLY | O_NONBLOCK);
 	if (fd < 0) {
 		printf("error open: %s\n", strerror(errno));
 		return 1;
@@ -78,6 +82,25 @@ int main(int argc, char **argv)
 		}
 		printf(r && FD_ISSET(fd, &rf) ? "readable\n" : "timeout\n");
 		return 0;
+	}
+	if (!strcmp(argv[1], "slow")) {
+		if (argc <= 3)
+			timeout = 200;
+		for (;;) {
+			ssize_t n = read(fd, buf, 4096);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0) {
+				printf("error read: %s\n", strerror(errno));
+				return 1;
+			}
+			if (n == 0)
+				return 0;
+			if (write(1, buf, n) != n)
+				return 1;
+			usleep(timeout * 1000);
+		}
 	}
 	fprintf(stderr, "unknown mode %s\n", argv[1]);
 	return 2;

@@ -28,7 +28,8 @@ use crate::vm::{self, VmOpts};
 /// `cargo xtask test`.
 #[derive(clap::Args)]
 pub struct TestArgs {
-    /// Run only the selftests matching PATTERN (selftests/fctracetest PATTERN)
+    /// Run only the selftests matching PATTERN: glob fragments of their paths, separated by
+    /// commas, any of which may match (selftests/fctracetest PATTERN)
     pub pattern: Option<String>,
     /// Test on the debug kernel (lockdep, KASAN, kmemleak, ...)
     #[arg(long)]
