@@ -11,12 +11,23 @@
  * which then runs again, now with its callee armed. A task sent here from the single step
  * of a pre-site (engine/step.rs) returns with the trap flag set in the flags it pops, so
  * that it stops on the call site again.
+ *
+ * The unwinder. The word the pre-handler pushed is not a return address: the task goes on
+ * at that instruction, not after it, and ORC looks a return address up at the byte before
+ * it (the call's own instruction), which here is the instruction before the probed one,
+ * whose stack may differ (a jump target after an epilogue's pops), or the function before
+ * (an entry hook's ftrace site without ENDBR). So both trampolines first describe where
+ * the task goes on as an interrupt frame (IRET_FRAME: ip = that instruction, sp = the stack
+ * pointer it runs with), which the unwinder takes as exact: /proc/PID/stack, hung-task
+ * dumps and livepatch's reliable unwinding of a task waiting here see the probed function
+ * at the probed instruction, then its callers (selftest lifecycle/trampoline_stack.tc).
  */
 #include <linux/linkage.h>
 #include <asm/nospec-branch.h>
 #include <asm/unwind_hints.h>
 #include <asm/alternative.h>
 #include <asm/cpufeatures.h>
+#include <asm/segment.h>
 #include <asm/smap.h>
 
 /* The registers a call may clobber (the argument, return-value and scratch registers). */
@@ -45,6 +56,50 @@
 .endm
 
 /*
+ * With 0(%rsp) the address where the task goes on (and the stack pointer it goes on with
+ * just above it), pushes a spare word (%rax's value) and an interrupt frame that says so:
+ *
+ *	48(%rsp)  where the task goes on (G)	40(%rsp)  spare (%rax's value)
+ *	32(%rsp)  ss				24(%rsp)  sp = the address above G's word
+ *	16(%rsp)  the flags			 8(%rsp)  cs
+ *	 0(%rsp)  ip = G
+ *
+ * (no instruction here changes the flags). Clobbers nothing.
+ */
+.macro IRET_FRAME
+	pushq	%rax
+	leaq	16(%rsp), %rax		/* the stack pointer above G's word */
+	pushq	$__KERNEL_DS
+	pushq	%rax
+	pushfq
+	pushq	$__KERNEL_CS
+	pushq	40(%rsp)		/* G */
+	UNWIND_HINT_IRET_REGS
+	movq	40(%rsp), %rax
+.endm
+
+/*
+ * With the scratch registers pushed over an IRET_FRAME: the flags the frame keeps, and
+ * where (a single step sets the trap flag there).
+ */
+#define FRAME_FLAGS	(9*8 + 16)
+#define FRAME_SPARE	(9*8 + 40)
+
+/*
+ * After the handler: pops the scratch registers and the frame, leaving the flags in the
+ * spare word just below G's, then pops them. Only `ret` is left, to G: the trap flag a
+ * single step set takes effect after it, at G.
+ */
+.macro LEAVE_FRAME
+	movq	FRAME_FLAGS(%rsp), %rax
+	movq	%rax, FRAME_SPARE(%rsp)
+	POP_SCRATCH
+	leaq	40(%rsp), %rsp		/* lea: the flags are not touched */
+	UNWIND_HINT sp_reg=ORC_REG_SP sp_offset=16 type=UNWIND_HINT_TYPE_CALL
+	popfq
+.endm
+
+/*
  * The last `ret` of a trampoline that returns where no call was made (fctrace_return to
  * the real return address, fctrace_entry_trampoline to a function's ftrace site). Like
  * function_graph's return_to_handler, a call just before it keeps the return stack buffer
@@ -63,23 +118,24 @@
 .endm
 
 	.text
-SYM_FUNC_START(fctrace_trampoline)
-	pushfq
+SYM_CODE_START(fctrace_trampoline)
+	UNWIND_HINT_FUNC
+	ANNOTATE_NOENDBR		/* entered by the pre-handler's regs->ip, not a call */
+	IRET_FRAME
 	PUSH_SCRATCH
-	movq	9*8(%rsp), %rdi		/* the flags the probed instruction ran with */
-	leaq	9*8(%rsp), %rsi		/* where they are kept: a single step sets TF there */
+	movq	FRAME_FLAGS(%rsp), %rdi	/* the flags the probed instruction ran with */
+	leaq	FRAME_FLAGS(%rsp), %rsi	/* where they are kept: a single step sets TF there */
 	call	fctrace_arm_pending
-	POP_SCRATCH
-	popfq
+	LEAVE_FRAME
 	RET
-SYM_FUNC_END(fctrace_trampoline)
+SYM_CODE_END(fctrace_trampoline)
 
 /*
  * fctrace_entry_trampoline: where an entry hook (engine/entry.rs) sends a traced task whose
  * function is not yet armed. ftrace's trampoline returns here instead of into the function,
  * at the function's entry stack pointer, with %rax set to the function's ftrace site (%rax
  * carries no argument into a function; kernel code is built without SSE, so not even a
- * variadic one reads %al). Pushed, it is the return address: the task waits as in
+ * variadic one reads %al). Pushed, it is where the task goes on: the task waits as in
  * fctrace_trampoline, then the ftrace site runs again, now with its function armed.
  * The entry hook sends a task here only where it is the function's only ftrace user (no
  * other callback can have changed %rax or the instruction pointer).
@@ -89,12 +145,11 @@ SYM_CODE_START(fctrace_entry_trampoline)
 	ANNOTATE_NOENDBR
 	pushq	%rax
 	UNWIND_HINT_FUNC
-	pushfq
+	IRET_FRAME
 	PUSH_SCRATCH
-	movq	9*8(%rsp), %rdi		/* the flags at the function's entry */
+	movq	FRAME_FLAGS(%rsp), %rdi	/* the flags at the function's entry */
 	call	fctrace_arm_pending_entry
-	POP_SCRATCH
-	popfq
+	LEAVE_FRAME
 	RET_UNCALLED
 SYM_CODE_END(fctrace_entry_trampoline)
 
