@@ -8,6 +8,7 @@
 #![no_std]
 
 pub mod batch;
+pub mod btf;
 pub mod format;
 pub mod parse;
 pub mod record;
