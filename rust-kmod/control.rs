@@ -247,6 +247,7 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "processes_exited: {}", n(&s.processes_exited))?;
     writeln!(t, "privileged_execs_untraced: {}", n(&s.privileged_execs))?;
     writeln!(t, "atomic_calls_queued: {}", n(&s.ahead_queued))?;
+    writeln!(t, "atomic_calls_overwritten: {}", n(&s.ahead_overwritten))?;
     writeln!(t, "atomic_arming_pending: {}", tr.ahead_pending())?;
     writeln!(t, "functions_armed_ahead: {}", n(&s.armed_ahead))?;
     writeln!(t, "functions_disarmed: {}", n(&s.funcs_disarmed))?;

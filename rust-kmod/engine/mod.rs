@@ -206,6 +206,8 @@ pub(crate) struct Stats {
     pub(crate) processes_exited: AtomicU64,
     pub(crate) armed_ahead: AtomicU64,
     pub(crate) ahead_queued: AtomicU64,
+    /// Queued calls a later one replaced in the queue before the work item took them.
+    pub(crate) ahead_overwritten: AtomicU64,
     pub(crate) redirects: AtomicU64,
     /// Tasks that reached the trampoline with EFLAGS.AC or DF set (must stay 0).
     pub(crate) unsafe_flags: AtomicU64,

@@ -230,7 +230,11 @@ impl Tracer {
             return;
         }
         let i = w.wanted_next.fetch_add(1, Ordering::Relaxed) % WANTED;
-        w.wanted[i].store(target, Ordering::Release);
+        if w.wanted[i].swap(target, Ordering::AcqRel) != 0 {
+            // The queue went round before the work item took that one: it is not armed
+            // ahead this time (the next call in atomic context queues it again).
+            self.stats.ahead_overwritten.fetch_add(1, Ordering::Relaxed);
+        }
         self.stats.ahead_queued.fetch_add(1, Ordering::Relaxed);
         self.kick_work();
     }
