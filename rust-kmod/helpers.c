@@ -58,6 +58,16 @@ struct trace_buffer *fctrace_rb_alloc(unsigned long size)
  */
 #define FCTRACE_STACK_RESERVE (THREAD_SIZE / 4)
 
+/*
+ * The module parameter stack_reserve (bytes, /sys/module/fctrace/parameters/) raises
+ * that reserve, never lowers it: a smaller value counts as FCTRACE_STACK_RESERVE. Above
+ * THREAD_SIZE no task ever waits in the trampoline (lifecycle/stack_reserve.tc).
+ */
+static unsigned int stack_reserve = FCTRACE_STACK_RESERVE;
+module_param(stack_reserve, uint, 0644);
+MODULE_PARM_DESC(stack_reserve,
+		 "least kernel stack (bytes) a traced task must have left to wait in the trampoline; at least THREAD_SIZE/4");
+
 int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bool irqs,
 			 bool *sleepable)
 {
@@ -131,7 +141,8 @@ int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bo
 	 * Nor a task deep in its stack: the trampoline's frame, the wait and the scheduler
 	 * below it need room the call at hand may not have left (FCTRACE_STACK_RESERVE).
 	 */
-	*sleepable = regs->sp - (unsigned long)task_stack_page(current) >= FCTRACE_STACK_RESERVE &&
+	*sleepable = regs->sp - (unsigned long)task_stack_page(current) >=
+			     max_t(unsigned long, READ_ONCE(stack_reserve), FCTRACE_STACK_RESERVE) &&
 		     !(pc & (PREEMPT_MASK | SOFTIRQ_MASK)) &&
 		     READ_ONCE(current->__state) == TASK_RUNNING &&
 		     (regs->flags & X86_EFLAGS_IF) &&
