@@ -224,10 +224,10 @@ impl Tracer {
     }
 
     /// Lazy disarming. Removes the probes of functions that no traced task or interrupt
-    /// is inside (no open frame) and that were last entered before `older_than` (clock
-    /// ns); and, while fewer than `need` probes were freed, of the least recently entered
-    /// other such functions (room under `max_probes`). The start function and interrupt
-    /// entries stay. A disarmed function keeps its table entry with state `Unknown`, so
+    /// is inside (no open frame) and that were last entered before `older_than` (on
+    /// `FuncTable::idle_clock`, ns); and, while fewer than `need` probes were freed, of
+    /// the least recently entered other such functions (room under `max_probes`). The
+    /// start function and interrupt entries stay. A disarmed function keeps its table entry with state `Unknown`, so
     /// its next call arms it again. With the mutex held; sleeps. Returns the number
     /// disarmed.
     pub(crate) fn reap(&self, inner: &mut TracerInner, older_than: u64, need: u64) -> usize {
@@ -331,7 +331,7 @@ impl Tracer {
             return;
         }
         if after != 0 {
-            let now = clock_ns();
+            let now = self.table.idle_clock().at(clock_ns());
             self.reap(&mut inner, now.saturating_sub(after * 1_000_000_000), 0);
         }
         self.schedule_reap();

@@ -68,7 +68,7 @@ struct Entry {
     state: AtomicU32,
     /// Frames of this function open now (in any task or interrupt tree).
     open: AtomicU32,
-    /// When a traced task last entered it (or it was armed), [`clock_ns`].
+    /// When a traced task last entered it (or it was armed), on the [`IdleClock`].
     last: AtomicU64,
     /// The end of its code (armed functions; 0 otherwise).
     end: AtomicU64,
@@ -78,6 +78,55 @@ pub(crate) struct FuncTable {
     entries: KVVec<Entry>,
     /// Entries in use (written under the tracer's mutex).
     used: AtomicUsize,
+    /// The clock `last` is on.
+    idle: IdleClock,
+}
+
+/// The clock lazy disarming measures idleness on: [`clock_ns`] less the time the work
+/// item spent arming. A traced task waiting for its callees to be armed is not idle: on
+/// a slow kernel (the debug one registers a probe in about 75 ms) one `execve()` can take
+/// longer to arm than `disarm_after`, and on the wall clock the functions it entered
+/// first were disarmed before its next `execve()`, which armed them again, and so on.
+/// Only the work item calls [`IdleClock::begin`] and [`IdleClock::end`] (it does not run
+/// twice at once).
+pub(crate) struct IdleClock {
+    /// Time of finished arming passes, ns.
+    excluded: AtomicU64,
+    /// When the arming pass under way began (0: none).
+    since: AtomicU64,
+}
+
+impl IdleClock {
+    const fn new() -> Self {
+        IdleClock {
+            excluded: AtomicU64::new(0),
+            since: AtomicU64::new(0),
+        }
+    }
+
+    /// An arming pass begins.
+    pub(crate) fn begin(&self) {
+        self.since.store(clock_ns().max(1), Ordering::Release);
+    }
+
+    /// The arming pass ends.
+    pub(crate) fn end(&self) {
+        let s = self.since.swap(0, Ordering::AcqRel);
+        if s != 0 {
+            self.excluded
+                .fetch_add(clock_ns().saturating_sub(s), Ordering::AcqRel);
+        }
+    }
+
+    /// The clock at `now` ([`clock_ns`]). `excluded` is read first: a pass ending between
+    /// the two loads is then not subtracted at all (functions look more recent, never
+    /// older than they are).
+    pub(crate) fn at(&self, now: u64) -> u64 {
+        let ex = self.excluded.load(Ordering::Acquire);
+        let s = self.since.load(Ordering::Acquire);
+        let running = if s != 0 { now.saturating_sub(s) } else { 0 };
+        now.saturating_sub(ex).saturating_sub(running)
+    }
 }
 
 impl FuncTable {
@@ -96,6 +145,7 @@ impl FuncTable {
             )?;
         }
         Ok(FuncTable {
+            idle: IdleClock::new(),
             entries,
             used: AtomicUsize::new(0),
         })
@@ -212,7 +262,7 @@ impl FuncTable {
         };
         let e = &self.entries[i as usize];
         e.open.fetch_add(1, Ordering::AcqRel);
-        e.last.store(now, Ordering::Relaxed);
+        e.last.store(self.idle.at(now), Ordering::Relaxed);
         i
     }
 
@@ -229,7 +279,7 @@ impl FuncTable {
     /// Notes that `id` was entered (or armed) now.
     pub(crate) fn touch(&self, id: EntryId) {
         if let Some(e) = self.entry(id) {
-            e.last.store(clock_ns(), Ordering::Relaxed);
+            e.last.store(self.idle.at(clock_ns()), Ordering::Relaxed);
         }
     }
 
@@ -239,7 +289,12 @@ impl FuncTable {
             .is_some_and(|e| e.open.load(Ordering::Acquire) != 0)
     }
 
-    /// When `id` was last entered.
+    /// The clock [`FuncTable::last_entered`] is on.
+    pub(crate) fn idle_clock(&self) -> &IdleClock {
+        &self.idle
+    }
+
+    /// When `id` was last entered, on [`FuncTable::idle_clock`].
     pub(crate) fn last_entered(&self, id: EntryId) -> u64 {
         self.entry(id).map_or(0, |e| e.last.load(Ordering::Relaxed))
     }

@@ -630,6 +630,15 @@ impl Tracer {
     /// trampoline are served and functions first called in atomic context armed ahead.
     fn sync_work(&self) {
         self.log_privileged_exec();
+        // Arming time does not count toward `disarm_after` (see `IdleClock`).
+        let idle = self.table.idle_clock();
+        idle.begin();
+        self.sync_pass();
+        idle.end();
+    }
+
+    /// The work of [`Tracer::sync_work`].
+    fn sync_pass(&self) {
         let mut inner = self.lock();
         if !self.active.load(Ordering::Acquire) {
             return;
