@@ -10,9 +10,10 @@
 //! their areas (an IPI to those that have records staged) only when that limit holds
 //! everything back: a task that made a few calls and went to sleep.
 
+use crate::args::ArgArea;
 use crate::batch::{self, Cursor, BATCH_RECORDS};
 use crate::bindings;
-use crate::record::{Record, RECORD_WORDS};
+use crate::record::{Kind, Record, RECORD_WORDS};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use kernel::alloc::KVVec;
@@ -65,6 +66,8 @@ impl Stage {
 /// what was lost (under the tracer's `reading` mutex).
 pub(crate) struct ReadState {
     cursors: KVec<Cursor>,
+    /// Argument records waiting for their calls' records (`args`).
+    pub(crate) pending: crate::typed::Pending,
     /// CPUs whose ring buffer was found empty in this round.
     dry: KVec<bool>,
 }
@@ -78,7 +81,11 @@ impl ReadState {
             cursors.push(Cursor::new(Some(0)), GFP_KERNEL)?;
             dry.push(false, GFP_KERNEL)?;
         }
-        Ok(ReadState { cursors, dry })
+        Ok(ReadState {
+            cursors,
+            dry,
+            pending: crate::typed::Pending::new()?,
+        })
     }
 
     fn pending(&self) -> usize {
@@ -92,6 +99,32 @@ pub(crate) struct Event {
     pub(crate) cpu: u32,
     /// Records of this CPU lost just before this one.
     pub(crate) lost: u64,
+    /// An argument record's area (its slots follow it in the same batch).
+    pub(crate) area: Option<ArgArea>,
+}
+
+/// The event for record `rec` taken from `c`: an argument record takes its slots too.
+fn event(rec: Record, cpu: u32, lost: u64, c: &mut Cursor) -> Event {
+    let area = (rec.kind == Kind::Args as u8).then(|| {
+        let mut slots = [Record::ZERO; crate::args::AREA_SLOTS];
+        let mut n = 0;
+        for s in slots.iter_mut().take(usize::from(rec.reason)) {
+            match c.take() {
+                Some((_, r)) => {
+                    *s = r;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        ArgArea::from_slots(slots.get(..n).unwrap_or(&[]))
+    });
+    Event {
+        rec,
+        cpu,
+        lost,
+        area,
+    }
 }
 
 /// A `struct trace_buffer` and the CPUs' staging areas; freed on drop.
@@ -214,38 +247,53 @@ impl Buffer {
     /// Stages a record on this CPU (a full staging area goes into the ring buffer), with
     /// its `cpu` set to it. Safe from any context; interrupts are off meanwhile.
     pub(crate) fn write(&self, r: &mut Record) {
+        self.write_with(r, &[]);
+    }
+
+    /// Stages record `r` followed by the slots `more` (an argument record's area), all in
+    /// one batch.
+    pub(crate) fn write_with(&self, r: &mut Record, more: &[Record]) {
         // SAFETY: a C wrapper of local_irq_save(), restored below.
         let flags = unsafe { bindings::fctrace_irq_save() };
         let cpu = this_cpu();
         r.cpu = cpu;
-        let words: [u64; RECORD_WORDS] = r.words();
+        let count = 1 + more.len();
         if let Some(st) = self.stages.get(cpu as usize) {
-            if st.busy.load(Ordering::Relaxed) {
+            if st.busy.load(Ordering::Relaxed) || count > BATCH_RECORDS {
                 // Only a breakpoint inside this very function could nest here.
-                st.failed.fetch_add(1, Ordering::Relaxed);
+                st.failed.fetch_add(count as u64, Ordering::Relaxed);
             } else {
                 st.busy.store(true, Ordering::Relaxed);
+                if st.n.load(Ordering::Relaxed) as usize + count > BATCH_RECORDS {
+                    // The slots go in the same batch as their record.
+                    self.flush_stage(st, cpu);
+                }
                 let n = st.n.load(Ordering::Relaxed) as usize;
                 // SAFETY: `busy` is ours, on this CPU with interrupts off (the `Stage`
                 // invariant): nobody else touches the words.
                 let area = unsafe { &mut *st.words.get() };
-                if let Some(dst) = area.get_mut(n * RECORD_WORDS..(n + 1) * RECORD_WORDS) {
-                    for (d, w) in dst.iter_mut().zip(words.iter()) {
-                        // (Read volatile: LLVM would merge the copy into a `memcpy()` call.)
-                        // SAFETY: `w` is a valid reference.
-                        *d = unsafe { core::ptr::read_volatile(w) };
+                let recs = Iterator::chain(core::iter::once(&*r), more.iter());
+                for (k, rec) in recs.enumerate() {
+                    let words: [u64; RECORD_WORDS] = rec.words();
+                    let at = (n + k) * RECORD_WORDS;
+                    if let Some(dst) = area.get_mut(at..at + RECORD_WORDS) {
+                        for (d, w) in dst.iter_mut().zip(words.iter()) {
+                            // (Read volatile: LLVM would merge the copy into a `memcpy()`
+                            // call.)
+                            // SAFETY: `w` is a valid reference.
+                            *d = unsafe { core::ptr::read_volatile(w) };
+                        }
                     }
-                    if n == 0 {
-                        st.first_ts.store(r.ts, Ordering::Relaxed);
-                    }
-                    st.n.store(n as u32 + 1, Ordering::Release);
-                    if n + 1 == BATCH_RECORDS {
-                        self.flush_stage(st, cpu);
-                    } else if n == 0 {
-                        // SAFETY: NMI-safe C helper (queues an irq_work when a reader
-                        // sleeps).
-                        unsafe { bindings::fctrace_wake_readers() };
-                    }
+                }
+                if n == 0 {
+                    st.first_ts.store(r.ts, Ordering::Relaxed);
+                }
+                st.n.store((n + count) as u32, Ordering::Release);
+                if n + count == BATCH_RECORDS {
+                    self.flush_stage(st, cpu);
+                } else if n == 0 {
+                    // SAFETY: NMI-safe C helper (queues an irq_work when a reader sleeps).
+                    unsafe { bindings::fctrace_wake_readers() };
                 }
                 st.busy.store(false, Ordering::Relaxed);
             }
@@ -354,6 +402,7 @@ impl Buffer {
             c.reset(Some(st.seq.load(Ordering::Relaxed)));
         }
         self.pending.store(0, Ordering::Relaxed);
+        rs.pending.clear();
     }
 
     /// The oldest batch's sequence number on `cpu`, without consuming it.
@@ -451,12 +500,9 @@ impl Buffer {
             }
         }
         let i = batch::oldest(rs.cursors.iter(), limit)?;
-        let (lost, rec) = rs.cursors.get_mut(i)?.take()?;
-        Some(Event {
-            rec,
-            cpu: i as u32,
-            lost,
-        })
+        let c = rs.cursors.get_mut(i)?;
+        let (lost, rec) = c.take()?;
+        Some(event(rec, i as u32, lost, c))
     }
 
     /// Consumes records, oldest first, passing each to `f` until it returns false or none
@@ -589,11 +635,7 @@ impl Snapshot<'_> {
         let i = batch::oldest(self.iters.iter().map(|(_, _, c)| c), self.limit)?;
         let (cpu, _, c) = self.iters.get_mut(i)?;
         let (lost, rec) = c.take()?;
-        Some(Event {
-            rec,
-            cpu: *cpu,
-            lost,
-        })
+        Some(event(rec, *cpu, lost, c))
     }
 }
 

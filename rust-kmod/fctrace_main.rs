@@ -29,8 +29,14 @@ mod bindings {
 
 // The host-tested, no_std logic, compiled here from the same files.
 #[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-core/src/args.rs"]
+mod args;
+#[allow(dead_code, unreachable_pub)]
 #[path = "../crates/fctrace-core/src/batch.rs"]
 mod batch;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-core/src/btf.rs"]
+mod btf;
 #[allow(dead_code, unreachable_pub)]
 #[path = "../crates/fctrace-decode/src/decode.rs"]
 mod decode;
@@ -72,6 +78,7 @@ mod ksym;
 mod late_int3;
 mod reader;
 mod text;
+mod typed;
 
 module! {
     type: Fctrace,

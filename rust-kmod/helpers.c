@@ -3,6 +3,9 @@
  * fctrace: the thin C layer. See helpers.h.
  */
 #include <linux/ftrace.h>
+#include <linux/fs.h>
+#include <linux/string.h>
+#include <linux/uaccess.h>
 #include <linux/hardirq.h>
 #include <linux/kallsyms.h>
 #include <linux/kobject.h>
@@ -858,4 +861,64 @@ extern char fctrace_entry_trampoline[];
 unsigned long fctrace_entry_trampoline_addr(void)
 {
 	return (unsigned long)fctrace_entry_trampoline;
+}
+
+static long fctrace_copy_nofault(void *dst, unsigned long src, unsigned long len, bool user)
+{
+	if (user)
+		return copy_from_user_nofault(dst, (const void __user *)src, len);
+	return copy_from_kernel_nofault(dst, (const void *)src, len);
+}
+
+long fctrace_copy_str(void *dst, unsigned long src, unsigned long len)
+{
+	bool user = src < TASK_SIZE_MAX;
+	unsigned long first = min(len, PAGE_SIZE - offset_in_page(src));
+
+	if (!src || !len)
+		return -EFAULT;
+	if (fctrace_copy_nofault(dst, src, first, user))
+		return -EFAULT;
+	if (first == len || memchr(dst, 0, first))
+		return first;
+	if (fctrace_copy_nofault(dst + first, src + first, len - first, user))
+		return first;
+	return len;
+}
+
+#define FCTRACE_BTF_PATH "/sys/kernel/btf/vmlinux"
+
+long fctrace_btf_size(void)
+{
+	struct file *f = filp_open(FCTRACE_BTF_PATH, O_RDONLY, 0);
+	long size;
+
+	if (IS_ERR(f))
+		return 0;
+	size = i_size_read(file_inode(f));
+	filp_close(f, NULL);
+	return size;
+}
+
+long fctrace_btf_read(void *buf, unsigned long len)
+{
+	struct file *f = filp_open(FCTRACE_BTF_PATH, O_RDONLY, 0);
+	loff_t pos = 0;
+	long got = 0;
+
+	if (IS_ERR(f))
+		return PTR_ERR(f);
+	while (got < len) {
+		ssize_t n = kernel_read(f, buf + got, len - got, &pos);
+
+		if (n < 0) {
+			got = n;
+			break;
+		}
+		if (n == 0)
+			break;
+		got += n;
+	}
+	filp_close(f, NULL);
+	return got;
 }

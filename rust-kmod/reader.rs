@@ -10,6 +10,7 @@ use crate::format::{self, Options};
 use crate::ksym::SymBuf;
 use crate::parse::OptionName;
 use crate::text::Text;
+use crate::typed::{Pending, TypedRecord};
 use kernel::prelude::*;
 
 /// The most text one `read()` of `trace` or `trace_pipe` makes (and keeps), whatever
@@ -31,19 +32,38 @@ fn options(tr: &Tracer, hide: bool) -> Options {
     }
 }
 
-/// Appends the line(s) for `ev` (a lost-events marker first, if records were lost before it).
-fn render(t: &mut Text, ev: &Event, opts: Options, sym: &mut SymBuf) -> core::fmt::Result {
+/// Appends the line(s) for `ev` (a lost-events marker first, if records were lost before
+/// it). With `args` on, an argument record goes into `pending` until its call's record.
+fn render(
+    tr: &Tracer,
+    t: &mut Text,
+    ev: &Event,
+    opts: Options,
+    sym: &mut SymBuf,
+    pending: &mut Pending,
+) -> core::fmt::Result {
     if ev.lost != 0 {
         format::write_lost(t, ev.cpu, ev.lost)?;
+    }
+    if let Some(a) = ev.area.as_ref() {
+        pending.put(&ev.rec, a);
+        return Ok(());
     }
     let name = sym.name(ev.rec.func);
     let mut hashed = format::HashedName::new();
     // A callee without a symbol is named by its address: hashed for such readers.
-    let name = match opts.ptr_hash {
-        Some(h) if name.starts_with("0x") => hashed.set(h(ev.rec.func)),
-        _ => name,
+    let hashed_name = match opts.ptr_hash {
+        Some(h) if name.starts_with("0x") => Some(hashed.set(h(ev.rec.func))),
+        _ => None,
     };
-    format::write_record(t, &ev.rec, name, opts)
+    if tr.settings.option(OptionName::Args) {
+        let typed = TypedRecord::new(tr, &ev.rec, name, pending, opts.ptr_hash);
+        let name = hashed_name.unwrap_or(name);
+        format::write_record_with(t, &ev.rec, name, opts, Some(&typed))
+    } else {
+        let name = hashed_name.unwrap_or(name);
+        format::write_record(t, &ev.rec, name, opts)
+    }
 }
 
 /// Consumes records into `t` until it holds at least `want` bytes or nothing is left to
@@ -58,10 +78,13 @@ pub(crate) fn drain(tr: &Tracer, t: &mut Text, want: usize, hide: bool) -> Resul
     let mut sym = SymBuf::new()?;
     let mut rs = tr.reading.lock();
     let mut res = Ok(());
-    buf.consume(&mut rs, |ev| {
-        res = render(t, ev, opts, &mut sym);
+    let mut pending = core::mem::replace(&mut rs.pending, Pending::none());
+    let r = buf.consume(&mut rs, |ev| {
+        res = render(tr, t, ev, opts, &mut sym, &mut pending);
         res.is_ok() && t.0.len() < want
-    })?;
+    });
+    rs.pending = pending;
+    r?;
     res.map_err(|_| ENOMEM)
 }
 
@@ -77,6 +100,8 @@ pub(crate) struct TraceReader {
     sym: SymBuf,
     /// Kernel addresses are hashed for this reader.
     pub(crate) hide: bool,
+    /// Argument records waiting for their calls' records.
+    pending: Pending,
 }
 
 impl TraceReader {
@@ -99,6 +124,7 @@ impl TraceReader {
             pos: 0,
             sym: SymBuf::new()?,
             hide,
+            pending: Pending::new()?,
         })
     }
 
@@ -116,7 +142,15 @@ impl TraceReader {
         let opts = options(st, self.hide);
         while self.text.0.len() < count {
             let Some(ev) = self.snap.next() else { break };
-            render(&mut self.text, &ev, opts, &mut self.sym).map_err(|_| ENOMEM)?;
+            render(
+                st,
+                &mut self.text,
+                &ev,
+                opts,
+                &mut self.sym,
+                &mut self.pending,
+            )
+            .map_err(|_| ENOMEM)?;
         }
         let n = count.min(self.text.0.len());
         self.off = n;

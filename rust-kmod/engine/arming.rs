@@ -15,7 +15,7 @@ use crate::emulate;
 use crate::kprobe::{Probe, ProbeSet};
 use crate::ksym::addr_of;
 use crate::ksym::SymBuf;
-use crate::parse::{self, FilterVerdict};
+use crate::parse::{self, FilterVerdict, OptionName};
 use crate::presite;
 use crate::record::Reason;
 use crate::thunks::{Branch, Class, SymInfo, Text, Thunks};
@@ -156,6 +156,12 @@ impl Tracer {
         let Some(entry) = self.table.insert(target, state) else {
             return FuncState::Leaf(Reason::ArmFailed);
         };
+        if self.settings.option(OptionName::Args) {
+            if let Ok(mut sym) = SymBuf::new() {
+                let spec = self.arg_spec(target, &mut sym);
+                self.table.set_args(entry, spec);
+            }
+        }
         if state == FuncState::Armed {
             // `try_arm` pushed the function last; it has its entry now.
             if let Some(f) = inner.funcs.last_mut() {

@@ -155,7 +155,7 @@ impl Tracer {
         let (Some(word), _) = stack_word(entry_sp) else {
             return 0;
         };
-        let rec = self.recorder(&cur);
+        let rec = self.recorder_at(&cur, regs);
         // Our own hooked word (function_graph may have replaced our address in turn): the
         // frame entered at this stack pointer, whose return fctrace hooked, is live. A
         // call-site probe made this call (that frame is this function's), or that frame's

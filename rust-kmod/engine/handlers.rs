@@ -255,7 +255,7 @@ impl Tracer {
         if d.stack.suppressed(sp) {
             return Done(0);
         }
-        let rec = self.recorder(&cur);
+        let rec = self.recorder_at(&cur, regs);
         // Frames opened below this stack pointer have returned without fctrace seeing it
         // (their return could not be hooked, or they left through a path that does not
         // return): close them before drawing this call.
@@ -363,7 +363,7 @@ impl Tracer {
             return 0;
         }
         let func = self.root.load(Ordering::Relaxed);
-        if open_tree(&self.recorder(&cur), d, func, regs.sp as u64) {
+        if open_tree(&self.recorder_at(&cur, regs), d, func, regs.sp as u64) {
             d.wait.nowait = false;
         }
         0
@@ -407,7 +407,7 @@ impl Tracer {
         // Where the task faulted: the faulting instruction, as the call's site.
         let ip_at = fault_regs + core::mem::offset_of!(bindings::pt_regs, ip) as u64;
         let site = read_word(ip_at).unwrap_or(0);
-        let rec = self.recorder(&cur);
+        let rec = self.recorder_at(&cur, regs);
         self.stats.page_faults.fetch_add(1, Ordering::Relaxed);
         let max = self.settings.max_depth.load(Ordering::Relaxed) as usize;
         let depth = d.stack.depth();
@@ -459,7 +459,7 @@ impl Tracer {
         let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
             return 0;
         };
-        open_tree(&self.recorder(&cur), d, func, regs.sp as u64);
+        open_tree(&self.recorder_at(&cur, regs), d, func, regs.sp as u64);
         0
     }
 
@@ -479,7 +479,7 @@ impl Tracer {
         if d.wait.guard {
             return 0;
         }
-        let rec = self.recorder(&cur);
+        let rec = self.recorder_at(&cur, regs);
         // A new system call: whatever is still open belongs to one whose return was not
         // seen (it left through a path no probe covers).
         d.stack.close_returning(&rec, u64::MAX, 0, 0, false);

@@ -411,7 +411,7 @@ pub(crate) struct Tracer {
     /// function `sys_call_table` (`syscall_table`) names.
     root: AtomicU64,
     syscall_table: AtomicU64,
-    table: table::FuncTable,
+    pub(crate) table: table::FuncTable,
     /// Direct callees of armed functions and their entry hooks (see `entry.rs`).
     hooks: table::HookTable,
     trees: tree::Trees,
@@ -422,6 +422,8 @@ pub(crate) struct Tracer {
     /// The return addresses fctrace replaced, per stack.
     returns: returns::Returns,
     pub(crate) stats: Stats,
+    /// The kernel's BTF (`args` option).
+    pub(crate) btf: crate::typed::BtfSlot,
 }
 
 /// The tracer's mutex, held inside a `memalloc_nofs` scope.
@@ -708,6 +710,7 @@ impl TracerHandle {
                 ret_hooks: static_call::ReturnHooks::new(),
                 returns,
                 stats: Stats::default(),
+                btf: crate::typed::BtfSlot::new(),
             }),
             GFP_KERNEL,
         )?;

@@ -72,6 +72,8 @@ struct Entry {
     last: AtomicU64,
     /// The end of its code (armed functions; 0 otherwise).
     end: AtomicU64,
+    /// Its `args` spec (`crate::args::spec`; 0: not known).
+    args: AtomicU32,
 }
 
 pub(crate) struct FuncTable {
@@ -140,6 +142,7 @@ impl FuncTable {
                     open: AtomicU32::new(0),
                     last: AtomicU64::new(0),
                     end: AtomicU64::new(0),
+                    args: AtomicU32::new(0),
                 },
                 GFP_KERNEL,
             )?;
@@ -165,6 +168,30 @@ impl FuncTable {
             i = (i + 1) % TABLE_CAP;
         }
         None
+    }
+
+    /// The `args` spec of `func` (0: not known). Any context.
+    pub(crate) fn args_of(&self, func: u64) -> u32 {
+        self.find(func)
+            .and_then(|i| self.entry(i))
+            .map_or(0, |e| e.args.load(Ordering::Relaxed))
+    }
+
+    /// Sets the `args` spec of `id`.
+    pub(crate) fn set_args(&self, id: EntryId, spec: u32) {
+        if let Some(e) = self.entry(id) {
+            e.args.store(spec, Ordering::Relaxed);
+        }
+    }
+
+    /// The functions with an entry, and their ids, through `f`.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(EntryId, u64)) {
+        for (i, e) in self.entries.iter().enumerate() {
+            let k = e.key.load(Ordering::Acquire);
+            if k != 0 {
+                f(i as EntryId, k);
+            }
+        }
     }
 
     fn entry(&self, id: EntryId) -> Option<&Entry> {
@@ -307,6 +334,7 @@ impl FuncTable {
             e.open.store(0, Ordering::Relaxed);
             e.last.store(0, Ordering::Relaxed);
             e.end.store(0, Ordering::Relaxed);
+            e.args.store(0, Ordering::Relaxed);
         }
         self.used.store(0, Ordering::Relaxed);
     }

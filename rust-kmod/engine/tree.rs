@@ -182,10 +182,13 @@ impl Trees {
 pub(crate) struct Recorder<'a> {
     pub(crate) tr: &'a Tracer,
     pub(crate) cur: &'a Cur,
+    /// The registers at the call being drawn, where they hold its arguments (`args`).
+    pub(crate) regs: Option<&'a bindings::pt_regs>,
 }
 
-impl Sink for Recorder<'_> {
-    fn emit(&self, r: &mut Record) {
+impl Recorder<'_> {
+    /// Fills in the context fields of `r`.
+    fn stamp(&self, r: &mut Record) {
         r.flags |= match self.cur.ctx {
             Ctx::Task => 0,
             Ctx::SoftIrq => F_SOFTIRQ,
@@ -195,7 +198,20 @@ impl Sink for Recorder<'_> {
         r.tgid = self.cur.tgid;
         // SAFETY: a C accessor of `current`, writing 16 bytes into `comm`.
         unsafe { bindings::fctrace_current_comm(r.comm.as_mut_ptr()) };
+    }
+}
+
+impl Sink for Recorder<'_> {
+    fn emit(&self, r: &mut Record) {
+        self.stamp(r);
         self.tr.write(r);
+    }
+
+    fn args(&self, func: u64, depth: usize, ts: u64) -> bool {
+        let Some(regs) = self.regs else { return false };
+        let mut r = Record::ZERO;
+        self.stamp(&mut r);
+        self.tr.write_args(&mut r, regs, func, depth, ts)
     }
 
     fn now(&self) -> u64 {
@@ -392,6 +408,23 @@ pub(crate) fn current_ids() -> (u32, u32) {
 impl Tracer {
     /// Where `cur`'s records go.
     pub(crate) fn recorder<'a>(&'a self, cur: &'a Cur) -> Recorder<'a> {
-        Recorder { tr: self, cur }
+        Recorder {
+            tr: self,
+            cur,
+            regs: None,
+        }
+    }
+
+    /// Where `cur`'s records go, for a call whose arguments are in `regs`.
+    pub(crate) fn recorder_at<'a>(
+        &'a self,
+        cur: &'a Cur,
+        regs: &'a bindings::pt_regs,
+    ) -> Recorder<'a> {
+        Recorder {
+            tr: self,
+            cur,
+            regs: Some(regs),
+        }
     }
 }

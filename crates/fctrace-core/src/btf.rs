@@ -461,7 +461,14 @@ impl<'a> Btf<'a> {
                 let size = t.size().min(16) as u8;
                 if boolean {
                     Class::Bool
-                } else if char || (size == 1 && self.type_name(&t).contains("char")) {
+                } else if char
+                    || (size == 1
+                        && self
+                            .type_name(&t)
+                            .as_bytes()
+                            .windows(4)
+                            .any(|w| w == b"char"))
+                {
                     Class::Char { signed }
                 } else {
                     Class::Int { size, signed }

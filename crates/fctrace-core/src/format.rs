@@ -145,15 +145,20 @@ struct Retval(u64, Option<fn(u64) -> u32>);
 
 impl fmt::Display for Retval {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Show small negative values (errnos) as such, like funcgraph-retval.
-        let v = self.0 as i64;
-        if (-4095..0).contains(&v) {
-            write!(f, "ret={}", v)
-        } else if let Some(h) = self.1.filter(|_| is_kernel_addr(self.0)) {
-            write!(f, "ret=ptr:{:08x}", h(self.0))
-        } else {
-            write!(f, "ret={:#x}", self.0)
-        }
+        write_raw_ret(f, self.0, self.1)
+    }
+}
+
+/// `ret=` and the raw value `v` (`rax`): small negative values (errnos) as such, like
+/// funcgraph-retval, kernel addresses hashed with `ptr_hash`, the rest in hex.
+pub fn write_raw_ret(w: &mut impl Write, v: u64, ptr_hash: Option<fn(u64) -> u32>) -> fmt::Result {
+    let s = v as i64;
+    if (-4095..0).contains(&s) {
+        write!(w, "ret={}", s)
+    } else if let Some(h) = ptr_hash.filter(|_| is_kernel_addr(v)) {
+        write!(w, "ret=ptr:{:08x}", h(v))
+    } else {
+        write!(w, "ret={:#x}", v)
     }
 }
 
@@ -190,7 +195,39 @@ static FLAG_NOTES: [(u8, &str); 3] = [
 /// Writes one line for `r`. `name` is the symbol of `r.func`. A [`Kind::Whole`] record (a
 /// call and its return) is one leaf line `name();` with the return's duration and value.
 pub fn write_record(w: &mut impl Write, r: &Record, name: &str, opts: Options) -> fmt::Result {
+    write_record_with(w, r, name, opts, None)
+}
+
+/// What the `args` option adds to a line: the call's arguments, written after the
+/// name (`(dfd=-100, ...)`), and a typed return value in place of the raw one
+/// (`Ok(false)`: nothing, a `void` function).
+pub trait Typed {
+    fn write_args(&self, w: &mut dyn Write) -> fmt::Result;
+    fn has_args(&self) -> bool;
+    fn write_ret(&self, w: &mut dyn Write, v: u64) -> Result<bool, fmt::Error>;
+}
+
+struct TypedRet<'a>(&'a dyn Typed, u64);
+
+impl fmt::Display for TypedRet<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.write_ret(f, self.1).map(|_| ())
+    }
+}
+
+/// [`write_record`], with what `typed` knows of the function (`args` option).
+pub fn write_record_with(
+    w: &mut impl Write,
+    r: &Record,
+    name: &str,
+    opts: Options,
+    typed: Option<&dyn Typed>,
+) -> fmt::Result {
     let kind = Kind::from_u8(r.kind);
+    if kind == Some(Kind::Args) {
+        // Not a line: the reader keeps it for its call's record.
+        return Ok(());
+    }
     let reason = Reason::from_u8(r.reason);
     let mut notes: [&dyn fmt::Display; 4] = [&""; 4];
     let mut n = 0;
@@ -212,11 +249,22 @@ pub fn write_record(w: &mut impl Write, r: &Record, name: &str, opts: Options) -
         notes[n] = &reason_text;
         n += 1;
     }
+    let typed_ret;
     if let Some(c) = closing.filter(|c| opts.retval && c.flags & F_RETVAL != 0) {
-        retval = Retval(c.retval, opts.ptr_hash);
-        if n < notes.len() {
-            notes[n] = &retval;
-            n += 1;
+        if let Some(t) = typed {
+            // Typed: nothing for a `void` function.
+            let mut probe = Discard;
+            if t.write_ret(&mut probe, c.retval) == Ok(true) && n < notes.len() {
+                typed_ret = TypedRet(t, c.retval);
+                notes[n] = &typed_ret;
+                n += 1;
+            }
+        } else {
+            retval = Retval(c.retval, opts.ptr_hash);
+            if n < notes.len() {
+                notes[n] = &retval;
+                n += 1;
+            }
         }
     }
     // An interrupt's tree (its entry function at depth 0) is set off by marker lines.
@@ -227,8 +275,14 @@ pub fn write_record(w: &mut impl Write, r: &Record, name: &str, opts: Options) -
     write_prefix(w, r, dur)?;
     let mut head = None;
     match kind {
-        Some(Kind::Call) => write!(w, "{}() {{", name)?,
-        Some(Kind::Leaf | Kind::Whole) => write!(w, "{}();", name)?,
+        Some(Kind::Call) => {
+            write_name(w, name, typed)?;
+            w.write_str(" {")?
+        }
+        Some(Kind::Leaf | Kind::Whole) => {
+            write_name(w, name, typed)?;
+            w.write_char(';')?
+        }
         Some(Kind::Ret) => {
             w.write_str("}")?;
             if n > 0 {
@@ -236,7 +290,7 @@ pub fn write_record(w: &mut impl Write, r: &Record, name: &str, opts: Options) -
                 head = Some(name);
             }
         }
-        None => write!(w, "?? kind {}", r.kind)?,
+        Some(Kind::Args) | None => write!(w, "?? kind {}", r.kind)?,
     }
     write_comment(w, head, notes.get(..n).unwrap_or(&[]))?;
     w.write_char('\n')?;
@@ -245,6 +299,36 @@ pub fn write_record(w: &mut impl Write, r: &Record, name: &str, opts: Options) -
         write_irq_marker(w, r, what, false)?;
     }
     Ok(())
+}
+
+/// A writer that keeps nothing (to learn whether something would be written).
+struct Discard;
+
+impl Write for Discard {
+    fn write_str(&mut self, _: &str) -> fmt::Result {
+        Ok(())
+    }
+}
+
+/// Writes `name(...)`: with the arguments `typed` has, else `()`.
+fn write_name(w: &mut impl Write, name: &str, typed: Option<&dyn Typed>) -> fmt::Result {
+    w.write_str(name)?;
+    match typed.filter(|t| t.has_args()) {
+        Some(t) => {
+            let mut adapter = Adapter(w);
+            t.write_args(&mut adapter)
+        }
+        None => w.write_str("()"),
+    }
+}
+
+/// A `dyn Write` over any writer.
+struct Adapter<'a, W: Write>(&'a mut W);
+
+impl<W: Write> Write for Adapter<'_, W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0.write_str(s)
+    }
 }
 
 /// Writes the marker for events the ring buffer lost on `cpu`.

@@ -7,6 +7,7 @@
 //! thing in both builds. Nothing here allocates or panics on bad input.
 #![no_std]
 
+pub mod args;
 pub mod batch;
 pub mod btf;
 pub mod format;

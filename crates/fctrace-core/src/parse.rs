@@ -311,6 +311,9 @@ pub enum OptionName {
     /// `lossless`: while a reader has `trace_pipe` open, a traced task that would fill
     /// the buffer waits (where it may sleep) for the reader instead of losing events.
     Lossless,
+    /// `args`: calls show their arguments, and return values their type, from the
+    /// kernel's BTF.
+    Args,
 }
 
 impl OptionName {
@@ -320,12 +323,13 @@ impl OptionName {
 
 /// All options with their names and defaults, in the order the `options` file lists
 /// them, which is the order of [`OptionName`].
-pub const OPTIONS: [(OptionName, &str, bool); 5] = [
+pub const OPTIONS: [(OptionName, &str, bool); 6] = [
     (OptionName::FollowForks, "follow-forks", false),
     (OptionName::Retval, "retval", false),
     (OptionName::Duration, "duration", true),
     (OptionName::Irqs, "irqs", false),
     (OptionName::Lossless, "lossless", false),
+    (OptionName::Args, "args", false),
 ];
 
 /// Parses one write to `options`: `name` sets, `noname` clears. Exactly one option.
@@ -478,6 +482,8 @@ mod tests {
             Ok((OptionName::FollowForks, true))
         );
         assert_eq!(parse_option(b"irqs"), Ok((OptionName::Irqs, true)));
+        assert_eq!(parse_option(b"args\n"), Ok((OptionName::Args, true)));
+        assert_eq!(parse_option(b"noargs"), Ok((OptionName::Args, false)));
         assert_eq!(
             parse_option(b"nolossless\n"),
             Ok((OptionName::Lossless, false))

@@ -19,6 +19,11 @@ pub enum Kind {
     /// A followed call that returned before anything was recorded inside it: its call and
     /// its return in one record (`func();`, with the return's duration and value).
     Whole = 4,
+    /// The arguments of a call (`args` option), written when the call is made: `reason`
+    /// holds how many record slots of an `ArgArea` follow it (`args.rs`), and `ts` is the
+    /// call's time stamp less one, so it sorts before the call's own record (flagged
+    /// [`F_ARGS`]), which is written later. Not a line of its own.
+    Args = 5,
 }
 
 impl Kind {
@@ -29,6 +34,7 @@ impl Kind {
             2 => Some(Kind::Ret),
             3 => Some(Kind::Leaf),
             4 => Some(Kind::Whole),
+            5 => Some(Kind::Args),
             _ => None,
         }
     }
@@ -163,6 +169,8 @@ pub const F_SOFTIRQ: u8 = 32;
 /// fault handler, for a fault the task took in kernel mode inside the traced call, such
 /// as a user copy to a page not mapped yet), drawn under the frame it interrupted.
 pub const F_FAULT: u8 = 64;
+/// `flags` bit: an argument record ([`Kind::Args`]) for this call was written before it.
+pub const F_ARGS: u8 = 128;
 
 /// One trace event, as stored in the ring buffer.
 #[repr(C)]
@@ -283,6 +291,7 @@ mod tests {
     #[test]
     fn kinds_and_reasons_decode() {
         assert_eq!(Kind::from_u8(2), Some(Kind::Ret));
+        assert_eq!(Kind::from_u8(5), Some(Kind::Args));
         assert_eq!(Kind::from_u8(9), None);
         for v in 0..Reason::COUNT as u8 {
             assert_eq!(Reason::from_u8(v) as u8, v);

@@ -26,7 +26,7 @@
 //! The owner plugs in the ring buffer, the clock, the function table and the statistics
 //! through [`Sink`]. Nothing here allocates or panics.
 
-use crate::record::{Kind, Reason, Record, F_DURATION, F_RETVAL};
+use crate::record::{Kind, Reason, Record, F_ARGS, F_DURATION, F_RETVAL};
 
 /// The most frames one stack holds (`max_depth` is at most this).
 pub const MAX_FRAMES: usize = 128;
@@ -87,6 +87,12 @@ pub trait Sink {
     fn leave(&self, entry: u32);
     /// A "not followed" or "return not seen" reason occurred (statistics).
     fn count(&self, reason: Reason);
+    /// A call of `func` at `depth`, made at `ts`, is drawn (a frame opens, or a leaf):
+    /// writes its argument record (`args` option) and says whether it did (the call's
+    /// record then carries `F_ARGS`).
+    fn args(&self, _func: u64, _depth: usize, _ts: u64) -> bool {
+        false
+    }
 }
 
 /// The frames of one call tree, innermost last, and its suppression.
@@ -216,6 +222,9 @@ impl ShadowStack {
         self.flush(sink);
         let mut r = record(Kind::Leaf, self.depth, reason, flags, func, site);
         r.ts = sink.now();
+        if func != 0 && sink.args(func, self.depth, r.ts) {
+            r.flags |= F_ARGS;
+        }
         sink.emit(&mut r);
         sink.count(reason);
         self.suppress(sp, tail);
@@ -262,6 +271,11 @@ impl ShadowStack {
             NO_ENTRY
         } else {
             sink.enter(func, ts)
+        };
+        let flags = if !thunk && sink.args(func, depth, ts) {
+            flags | F_ARGS
+        } else {
+            flags
         };
         *slot = Frame {
             func,

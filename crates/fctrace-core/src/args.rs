@@ -1,0 +1,747 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Function arguments and typed return values (the `args` option), from BTF.
+//!
+//! At arming, each function BTF describes gets a [`spec`]: how many argument registers
+//! its parameters take and which of them hold a `const char *`. A handler that opens a
+//! frame (or draws a leaf) for it writes an argument record right away, stamped one
+//! nanosecond before the call: a [`Record`] of kind `Args` followed by the slots of an
+//! [`ArgArea`] (the registers at the call, and up to [`ARG_STRS`] strings copied with
+//! the no-fault routines, at most [`ARG_STR_MAX`] bytes each). The call's own record,
+//! written later (when something inside it is, or at its return), carries `F_ARGS`;
+//! the reader pairs the two ([`Pending`]) and writes the arguments by name and type
+//! ([`write_args`]), and return values by type ([`write_ret`]).
+//!
+//! Values are written as function_graph's `funcgraph-args` writes them (6.15): integers
+//! in decimal, pointers in hex, a structure passed in registers as
+//! `(struct name)[0x..:0x..]`, and `...` for parameters past the sixth register. Beyond
+//! it: enums and booleans by name, `const char *` as a quoted string, unsigned integers
+//! of flag types (`gfp_t`, `fmode_t`, ... or a parameter named `*flags`/`mask`) in hex,
+//! negative errnos with their name, and kernel addresses hashed for a reader who may not
+//! see them.
+
+use crate::btf::{Btf, Class, Kind, Type};
+use crate::format::is_kernel_addr;
+use crate::record::{Record, RECORD_SIZE};
+use core::fmt::{self, Write};
+
+/// Argument registers on x86-64 (`rdi`, `rsi`, `rdx`, `rcx`, `r8`, `r9`).
+pub const ARG_REGS: usize = 6;
+/// Strings copied per call.
+pub const ARG_STRS: usize = 2;
+/// Bytes copied per string (a longer string is cut and marked).
+pub const ARG_STR_MAX: usize = 80;
+
+/// [`ArgArea::str_state`]: the string was read whole (up to its NUL).
+pub const STR_WHOLE: u8 = 0;
+/// It is longer than [`ARG_STR_MAX`] bytes: cut.
+pub const STR_CUT: u8 = 1;
+/// It could not be read (a bad pointer, a page not present).
+pub const STR_UNREADABLE: u8 = 2;
+/// No string in this place.
+pub const NO_STR: u8 = 0xff;
+
+/// The arguments of one call, stored after its `Args` record in whole record slots.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArgArea {
+    /// The argument registers at the call.
+    pub regs: [u64; ARG_REGS],
+    /// How many of `regs` were stored.
+    pub nregs: u8,
+    /// The register each string was read from ([`NO_STR`]: none).
+    pub str_reg: [u8; ARG_STRS],
+    /// The bytes of each string stored.
+    pub str_len: [u8; ARG_STRS],
+    /// `STR_*` of each string.
+    pub str_state: [u8; ARG_STRS],
+    pub pad: u8,
+    pub strs: [[u8; ARG_STR_MAX]; ARG_STRS],
+}
+
+/// Size of an [`ArgArea`], a whole number of record slots.
+pub const AREA_SIZE: usize = core::mem::size_of::<ArgArea>();
+/// Record slots a whole [`ArgArea`] takes.
+pub const AREA_SLOTS: usize = AREA_SIZE / RECORD_SIZE;
+const _: () = assert!(AREA_SIZE % RECORD_SIZE == 0 && AREA_SIZE == 48 + 8 + 160);
+/// Bytes of the area before the strings.
+const HEAD: usize = 56;
+
+impl ArgArea {
+    pub const EMPTY: ArgArea = ArgArea {
+        regs: [0; ARG_REGS],
+        nregs: 0,
+        str_reg: [NO_STR; ARG_STRS],
+        str_len: [0; ARG_STRS],
+        str_state: [STR_WHOLE; ARG_STRS],
+        pad: 0,
+        strs: [[0; ARG_STR_MAX]; ARG_STRS],
+    };
+
+    /// The record slots needed to store it with `nstr` strings: the head (registers)
+    /// and each string's bytes.
+    pub fn slots_for(nstr: usize) -> usize {
+        (HEAD + nstr.min(ARG_STRS) * ARG_STR_MAX).div_ceil(RECORD_SIZE)
+    }
+
+    /// The area's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: `ArgArea` is `repr(C)` plain data without padding (6 x u64, then 8 + 160
+        // bytes: asserted above), so every byte is initialised.
+        unsafe { core::slice::from_raw_parts((self as *const ArgArea).cast::<u8>(), AREA_SIZE) }
+    }
+
+    /// Slot `i` of the area as a record (to be stored as one).
+    pub fn slot(&self, i: usize) -> Record {
+        let b = self.as_bytes();
+        b.get(i * RECORD_SIZE..(i + 1) * RECORD_SIZE)
+            .and_then(Record::from_bytes)
+            .unwrap_or(Record::ZERO)
+    }
+
+    /// Rebuilds an area from its stored slots (missing ones read as zero: no strings).
+    pub fn from_slots(slots: &[Record]) -> ArgArea {
+        let mut bytes = [0u8; AREA_SIZE];
+        for (i, s) in slots.iter().take(AREA_SLOTS).enumerate() {
+            let dst = bytes.iter_mut().skip(i * RECORD_SIZE);
+            for (d, b) in dst.zip(s.as_bytes().iter()) {
+                *d = *b;
+            }
+        }
+        // SAFETY: `bytes` holds `AREA_SIZE` bytes and every bit pattern is a valid
+        // `ArgArea` (integers and byte arrays only).
+        let mut a = unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<ArgArea>()) };
+        let stored = slots.len().min(AREA_SLOTS) * RECORD_SIZE;
+        for i in 0..ARG_STRS {
+            // A string whose bytes were not all stored (or a bad length) is not shown.
+            let len = usize::from(a.str_len[i]);
+            if len > ARG_STR_MAX || HEAD + i * ARG_STR_MAX + len > stored {
+                a.str_reg[i] = NO_STR;
+            }
+        }
+        a.nregs = a.nregs.min(ARG_REGS as u8);
+        a
+    }
+
+    /// The string read from register `reg`, with its state.
+    pub fn string(&self, reg: usize) -> Option<(&[u8], u8)> {
+        let i = self.str_reg.iter().position(|&r| usize::from(r) == reg)?;
+        let len = usize::from(self.str_len[i]).min(ARG_STR_MAX);
+        Some((self.strs[i].get(..len)?, self.str_state[i]))
+    }
+}
+
+/// A function's spec for the handlers: bit 31 set (known), bits 0-2 the argument
+/// registers to store (0-6), bits 8-13 the registers holding a `const char *`.
+pub const SPEC_KNOWN: u32 = 1 << 31;
+
+/// The registers of `spec` to store.
+pub fn spec_regs(spec: u32) -> usize {
+    ((spec & 7) as usize).min(ARG_REGS)
+}
+
+/// The registers of `spec` that hold strings, as a bit mask.
+pub fn spec_strings(spec: u32) -> u8 {
+    ((spec >> 8) & 0x3f) as u8
+}
+
+/// How one parameter is passed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParamPlace {
+    /// Its first register.
+    pub reg: usize,
+    /// Registers it takes (0: in memory, not shown).
+    pub regs: usize,
+    pub class: Class,
+}
+
+/// Where each parameter of function `f` (a BTF `Func`) is passed, in order, through `g`;
+/// stops at the first that is not in registers (the rest are shown as `...`). Returns
+/// whether every parameter was passed to `g`.
+pub fn places(btf: &Btf<'_>, f: &Type<'_>, mut g: impl FnMut(usize, &str, ParamPlace)) -> bool {
+    let Ok(proto) = btf.get(f.type_id()) else {
+        return true;
+    };
+    let mut reg = 0;
+    for (i, p) in proto.params().enumerate() {
+        if p.type_id == 0 {
+            // A variadic function's `...`.
+            return false;
+        }
+        let class = btf.class(p.type_id).unwrap_or(Class::Other);
+        let n = match class {
+            Class::Int { size, .. } => usize::from(size).div_ceil(8).max(1),
+            Class::Aggregate { size, .. } if (1..=16).contains(&size) => {
+                (size as usize).div_ceil(8)
+            }
+            // Larger structures go on the stack; floating point in SSE registers.
+            Class::Aggregate { .. } | Class::Float { .. } => 0,
+            _ => 1,
+        };
+        if n == 0 || reg + n > ARG_REGS {
+            return false;
+        }
+        g(
+            i,
+            btf.name(p.name_off),
+            ParamPlace {
+                reg,
+                regs: n,
+                class,
+            },
+        );
+        reg += n;
+    }
+    true
+}
+
+/// The handlers' spec of function `f` (see [`SPEC_KNOWN`]).
+pub fn spec(btf: &Btf<'_>, f: &Type<'_>) -> u32 {
+    let (mut regs, mut strings, mut nstr) = (0usize, 0u32, 0);
+    places(btf, f, |_, _, p| {
+        regs = p.reg + p.regs;
+        if matches!(p.class, Class::Ptr { string: true }) && nstr < ARG_STRS {
+            strings |= 1 << p.reg;
+            nstr += 1;
+        }
+    });
+    SPEC_KNOWN | regs as u32 | strings << 8
+}
+
+/// How values are written.
+#[derive(Clone, Copy)]
+pub struct ValueOpts {
+    /// Kernel addresses hashed (see `format::Options::ptr_hash`).
+    pub ptr_hash: Option<fn(u64) -> u32>,
+}
+
+/// Typedefs whose values are bit flags, written in hex.
+const FLAG_TYPES: &[&str] = &[
+    "gfp_t",
+    "fmode_t",
+    "umode_t",
+    "vm_flags_t",
+    "slab_flags_t",
+    "blk_opf_t",
+    "__poll_t",
+    "vm_fault_t",
+    "pgprot_t",
+    "fop_flags_t",
+];
+
+/// Whether a value of type `id` named `name` holds flags.
+fn is_flags(btf: &Btf<'_>, mut id: u32, name: &str) -> bool {
+    if name.ends_with("flags") || name == "mask" || name == "mode" {
+        return true;
+    }
+    for _ in 0..crate::btf::MAX_DEPTH {
+        let Ok(t) = btf.get(id) else { return false };
+        match t.kind {
+            Kind::Typedef => {
+                if FLAG_TYPES.contains(&btf.type_name(&t)) {
+                    return true;
+                }
+                id = t.type_id();
+            }
+            Kind::Const | Kind::Volatile | Kind::Restrict | Kind::TypeTag => id = t.type_id(),
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// `v` cut to `size` bytes, sign-extended if `signed`.
+fn sized(v: u64, size: u8, signed: bool) -> u64 {
+    let bits = u32::from(size.clamp(1, 8)) * 8;
+    if bits >= 64 {
+        v
+    } else if signed {
+        let s = 64 - bits;
+        ((v << s) as i64 >> s) as u64
+    } else {
+        v & ((1u64 << bits) - 1)
+    }
+}
+
+/// A pointer value: hex, or hashed for a reader who may not see kernel addresses.
+fn write_ptr(w: &mut impl Write, v: u64, opts: ValueOpts) -> fmt::Result {
+    match opts.ptr_hash.filter(|_| is_kernel_addr(v)) {
+        Some(h) => write!(w, "ptr:{:08x}", h(v)),
+        None => write!(w, "{:#x}", v),
+    }
+}
+
+/// A string's bytes, quoted and escaped like C.
+fn write_string(w: &mut impl Write, s: &[u8], state: u8) -> fmt::Result {
+    w.write_char('"')?;
+    for &c in s {
+        match c {
+            b'"' => w.write_str("\\\"")?,
+            b'\\' => w.write_str("\\\\")?,
+            b'\n' => w.write_str("\\n")?,
+            b'\t' => w.write_str("\\t")?,
+            0x20..=0x7e => w.write_char(c as char)?,
+            _ => write!(w, "\\x{:02x}", c)?,
+        }
+    }
+    w.write_char('"')?;
+    if state == STR_CUT {
+        w.write_str("...")?;
+    }
+    Ok(())
+}
+
+/// The name of errno `e` (positive), if the kernel has one.
+pub fn errno_name(e: u64) -> Option<&'static str> {
+    const NAMES: [&str; 134] = [
+        "",
+        "EPERM",
+        "ENOENT",
+        "ESRCH",
+        "EINTR",
+        "EIO",
+        "ENXIO",
+        "E2BIG",
+        "ENOEXEC",
+        "EBADF",
+        "ECHILD",
+        "EAGAIN",
+        "ENOMEM",
+        "EACCES",
+        "EFAULT",
+        "ENOTBLK",
+        "EBUSY",
+        "EEXIST",
+        "EXDEV",
+        "ENODEV",
+        "ENOTDIR",
+        "EISDIR",
+        "EINVAL",
+        "ENFILE",
+        "EMFILE",
+        "ENOTTY",
+        "ETXTBSY",
+        "EFBIG",
+        "ENOSPC",
+        "ESPIPE",
+        "EROFS",
+        "EMLINK",
+        "EPIPE",
+        "EDOM",
+        "ERANGE",
+        "EDEADLK",
+        "ENAMETOOLONG",
+        "ENOLCK",
+        "ENOSYS",
+        "ENOTEMPTY",
+        "ELOOP",
+        "",
+        "ENOMSG",
+        "EIDRM",
+        "ECHRNG",
+        "EL2NSYNC",
+        "EL3HLT",
+        "EL3RST",
+        "ELNRNG",
+        "EUNATCH",
+        "ENOCSI",
+        "EL2HLT",
+        "EBADE",
+        "EBADR",
+        "EXFULL",
+        "ENOANO",
+        "EBADRQC",
+        "EBADSLT",
+        "",
+        "EBFONT",
+        "ENOSTR",
+        "ENODATA",
+        "ETIME",
+        "ENOSR",
+        "ENONET",
+        "ENOPKG",
+        "EREMOTE",
+        "ENOLINK",
+        "EADV",
+        "ESRMNT",
+        "ECOMM",
+        "EPROTO",
+        "EMULTIHOP",
+        "EDOTDOT",
+        "EBADMSG",
+        "EOVERFLOW",
+        "ENOTUNIQ",
+        "EBADFD",
+        "EREMCHG",
+        "ELIBACC",
+        "ELIBBAD",
+        "ELIBSCN",
+        "ELIBMAX",
+        "ELIBEXEC",
+        "EILSEQ",
+        "ERESTART",
+        "ESTRPIPE",
+        "EUSERS",
+        "ENOTSOCK",
+        "EDESTADDRREQ",
+        "EMSGSIZE",
+        "EPROTOTYPE",
+        "ENOPROTOOPT",
+        "EPROTONOSUPPORT",
+        "ESOCKTNOSUPPORT",
+        "EOPNOTSUPP",
+        "EPFNOSUPPORT",
+        "EAFNOSUPPORT",
+        "EADDRINUSE",
+        "EADDRNOTAVAIL",
+        "ENETDOWN",
+        "ENETUNREACH",
+        "ENETRESET",
+        "ECONNABORTED",
+        "ECONNRESET",
+        "ENOBUFS",
+        "EISCONN",
+        "ENOTCONN",
+        "ESHUTDOWN",
+        "ETOOMANYREFS",
+        "ETIMEDOUT",
+        "ECONNREFUSED",
+        "EHOSTDOWN",
+        "EHOSTUNREACH",
+        "EALREADY",
+        "EINPROGRESS",
+        "ESTALE",
+        "EUCLEAN",
+        "ENOTNAM",
+        "ENAVAIL",
+        "EISNAM",
+        "EREMOTEIO",
+        "EDQUOT",
+        "ENOMEDIUM",
+        "EMEDIUMTYPE",
+        "ECANCELED",
+        "ENOKEY",
+        "EKEYEXPIRED",
+        "EKEYREVOKED",
+        "EKEYREJECTED",
+        "EOWNERDEAD",
+        "ENOTRECOVERABLE",
+        "ERFKILL",
+        "EHWPOISON",
+    ];
+    const KERNEL: [&str; 20] = [
+        "ERESTARTSYS",
+        "ERESTARTNOINTR",
+        "ERESTARTNOHAND",
+        "ENOIOCTLCMD",
+        "ERESTART_RESTARTBLOCK",
+        "EPROBE_DEFER",
+        "EOPENSTALE",
+        "ENOPARAM",
+        "",
+        "EBADHANDLE",
+        "ENOTSYNC",
+        "EBADCOOKIE",
+        "ENOTSUPP",
+        "ETOOSMALL",
+        "ESERVERFAULT",
+        "EBADTYPE",
+        "EJUKEBOX",
+        "EIOCBQUEUED",
+        "ERECALLCONFLICT",
+        "ENOGRACE",
+    ];
+    let name = match e {
+        1..=133 => NAMES.get(e as usize),
+        512..=531 => KERNEL.get((e - 512) as usize),
+        _ => None,
+    }?;
+    (!name.is_empty()).then_some(*name)
+}
+
+/// A negative errno: `-2 (ENOENT)`.
+fn write_errno(w: &mut impl Write, v: i64) -> fmt::Result {
+    write!(w, "{}", v)?;
+    match errno_name(v.unsigned_abs()) {
+        Some(n) => write!(w, " ({})", n),
+        None => Ok(()),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+/// Writes value `v` of a parameter (`regs`: its registers, `name`: its name) of type
+/// `id` and class `class`; `string`: what was read of it, if it is a string.
+fn write_value(
+    w: &mut impl Write,
+    btf: &Btf<'_>,
+    id: u32,
+    name: &str,
+    class: Class,
+    regs: &[u64],
+    string: Option<(&[u8], u8)>,
+    opts: ValueOpts,
+) -> fmt::Result {
+    let v = regs.first().copied().unwrap_or(0);
+    match class {
+        Class::Int { size, signed } if size <= 8 => {
+            let x = sized(v, size, signed);
+            if signed {
+                write!(w, "{}", x as i64)
+            } else if is_flags(btf, id, name) {
+                write!(w, "{:#x}", x)
+            } else {
+                write!(w, "{}", x)
+            }
+        }
+        Class::Int { .. } => write!(w, "{:#x}:{:#x}", regs.get(1).copied().unwrap_or(0), v),
+        Class::Bool => w.write_str(if v & 0xff != 0 { "true" } else { "false" }),
+        Class::Char { signed } => write!(w, "{}", sized(v, 1, signed) as i64),
+        Class::Ptr { string: true } if v != 0 => match string {
+            Some((_, STR_UNREADABLE)) => {
+                write_ptr(w, v, opts)?;
+                w.write_str(" (unreadable)")
+            }
+            Some((s, state)) => write_string(w, s, state),
+            None => write_ptr(w, v, opts),
+        },
+        Class::Ptr { .. } | Class::FuncPtr => write_ptr(w, v, opts),
+        Class::Enum { id, size, signed } => match btf.enum_name(id, v) {
+            Some(n) => w.write_str(n),
+            None => write!(w, "{}", sized(v, size, signed) as i64),
+        },
+        Class::Aggregate { id, .. } => {
+            let t = btf.get(id).ok();
+            let what = match t.map(|t| t.kind) {
+                Some(Kind::Union) => "union",
+                _ => "struct",
+            };
+            let tname = t.map_or("", |t| btf.type_name(&t));
+            write!(
+                w,
+                "({} {})[",
+                what,
+                if tname.is_empty() { "(anon)" } else { tname }
+            )?;
+            for (i, r) in regs.iter().enumerate() {
+                if i > 0 {
+                    w.write_char(':')?;
+                }
+                write!(w, "{:#x}", r)?;
+            }
+            w.write_char(']')
+        }
+        Class::Void | Class::Float { .. } | Class::Other => write!(w, "?{:#x}", v),
+    }
+}
+
+/// Writes `(name=value, ...)` for a call of `f` (a BTF `Func`) with arguments `a`.
+pub fn write_args(
+    w: &mut impl Write,
+    btf: &Btf<'_>,
+    f: &Type<'_>,
+    a: &ArgArea,
+    opts: ValueOpts,
+) -> fmt::Result {
+    let proto = btf.get(f.type_id()).ok();
+    w.write_char('(')?;
+    let mut n = 0;
+    let mut res = Ok(());
+    let all = places(btf, f, |i, name, p| {
+        if res.is_err() {
+            return;
+        }
+        res = (|| {
+            if n > 0 {
+                w.write_str(", ")?;
+            }
+            n += 1;
+            write!(w, "{}=", if name.is_empty() { "?" } else { name })?;
+            let id = proto
+                .and_then(|pr| pr.params().nth(i))
+                .map_or(0, |p| p.type_id);
+            let end = (p.reg + p.regs).min(usize::from(a.nregs));
+            let regs = a.regs.get(p.reg..end).unwrap_or(&[]);
+            if regs.len() < p.regs {
+                return w.write_char('?');
+            }
+            let string = a.string(p.reg);
+            write_value(w, btf, id, name, p.class, regs, string, opts)
+        })();
+    });
+    res?;
+    if !all {
+        if n > 0 {
+            w.write_str(", ")?;
+        }
+        w.write_str("...")?;
+    }
+    w.write_char(')')
+}
+
+/// Writes `ret=value` for a return of `f` (a BTF `Func`) with `rax` = `v`; nothing for a
+/// `void` function. Returns whether it wrote anything.
+pub fn write_ret(
+    w: &mut impl Write,
+    btf: &Btf<'_>,
+    f: &Type<'_>,
+    v: u64,
+    opts: ValueOpts,
+) -> Result<bool, fmt::Error> {
+    let Ok(proto) = btf.get(f.type_id()) else {
+        return Ok(false);
+    };
+    let id = proto.type_id();
+    let class = btf.class(id).unwrap_or(Class::Other);
+    if class == Class::Void {
+        return Ok(false);
+    }
+    w.write_str("ret=")?;
+    match class {
+        Class::Int { size, signed: true } if size <= 8 => {
+            let x = sized(v, size, true) as i64;
+            if (-4095..0).contains(&x) {
+                write_errno(w, x)?;
+            } else {
+                write!(w, "{}", x)?;
+            }
+        }
+        // An error pointer (`ERR_PTR(-ENOENT)`) as the errno.
+        Class::Ptr { .. } if (-4095..0).contains(&(v as i64)) => write_errno(w, v as i64)?,
+        c => write_value(w, btf, id, "", c, &[v], None, opts)?,
+    }
+    Ok(true)
+}
+
+/// An argument record waiting in a reader for its call's record (a chain of calls with
+/// nothing recorded inside them yet writes its call records only when something is):
+/// [`pending_put`] and [`pending_take`] over a few hundred of these.
+#[derive(Clone, Copy)]
+pub struct PendingArgs {
+    /// Thread, depth, function, and the call record's time stamp (0: free).
+    key: (u32, u8, u64, u64),
+    area: ArgArea,
+}
+
+impl PendingArgs {
+    pub const EMPTY: PendingArgs = PendingArgs {
+        key: (0, 0, 0, 0),
+        area: ArgArea::EMPTY,
+    };
+}
+
+/// Keeps the area of argument record `r` (its call's record will have `r.ts + 1`), in
+/// place of one of the same thread and depth (whose call record was lost) or else of
+/// the oldest (`next`, round robin).
+pub fn pending_put(slots: &mut [PendingArgs], next: &mut usize, r: &Record, a: &ArgArea) {
+    let key = (r.pid, r.depth, r.func, r.ts.wrapping_add(1));
+    let i = match slots
+        .iter()
+        .position(|s| s.key.3 != 0 && s.key.0 == key.0 && s.key.1 == key.1)
+    {
+        Some(i) => i,
+        None => {
+            let i = *next;
+            *next = (i + 1) % slots.len().max(1);
+            i
+        }
+    };
+    if let Some(s) = slots.get_mut(i) {
+        s.key = key;
+        s.area = *a;
+    }
+}
+
+/// The area for call record `r` (flagged `F_ARGS`), taken out.
+pub fn pending_take(slots: &mut [PendingArgs], r: &Record) -> Option<ArgArea> {
+    let key = (r.pid, r.depth, r.func, r.ts);
+    let s = slots.iter_mut().find(|s| s.key == key && key.3 != 0)?;
+    s.key = (0, 0, 0, 0);
+    Some(s.area)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn area_slots_round_trip() {
+        assert_eq!(AREA_SLOTS, 3);
+        assert_eq!(ArgArea::slots_for(0), 1);
+        assert_eq!(ArgArea::slots_for(1), 2);
+        assert_eq!(ArgArea::slots_for(2), 3);
+        let mut a = ArgArea::EMPTY;
+        a.regs = [1, 2, 3, 4, 5, 6];
+        a.nregs = 3;
+        a.str_reg[0] = 1;
+        a.str_len[0] = 20;
+        a.strs[0][..20].copy_from_slice(b"/tmp/a-longer-name-x");
+        let slots = [a.slot(0), a.slot(1)];
+        let b = ArgArea::from_slots(&slots);
+        assert_eq!(b.regs, a.regs);
+        assert_eq!(b.string(1), Some((&b"/tmp/a-longer-name-x"[..], STR_WHOLE)));
+        assert_eq!(b.string(0), None);
+        // One slot only: the string was not stored.
+        let c = ArgArea::from_slots(&slots[..1]);
+        assert_eq!(c.string(1), None);
+        assert_eq!(c.nregs, 3);
+    }
+
+    #[test]
+    fn errnos_by_name() {
+        assert_eq!(errno_name(2), Some("ENOENT"));
+        assert_eq!(errno_name(22), Some("EINVAL"));
+        assert_eq!(errno_name(133), Some("EHWPOISON"));
+        assert_eq!(errno_name(512), Some("ERESTARTSYS"));
+        assert_eq!(errno_name(524), Some("ENOTSUPP"));
+        assert_eq!(errno_name(41), None);
+        assert_eq!(errno_name(4000), None);
+    }
+
+    #[test]
+    fn strings_escaped_and_cut() {
+        let mut s = heapless_string();
+        write_string(&mut s, b"a\"b\\c\n\x01", STR_CUT).unwrap();
+        assert_eq!(s.as_str(), "\"a\\\"b\\\\c\\n\\x01\"...");
+    }
+
+    #[test]
+    fn pending_pairs_by_thread_depth_function_time() {
+        let mut p = [PendingArgs::EMPTY; 4];
+        let mut next = 0;
+        let mut r = Record::ZERO;
+        r.pid = 7;
+        r.depth = 2;
+        r.func = 0x1000;
+        r.ts = 99;
+        let mut a = ArgArea::EMPTY;
+        a.regs[0] = 42;
+        pending_put(&mut p, &mut next, &r, &a);
+        let mut call = r;
+        call.ts = 100;
+        call.depth = 3;
+        assert!(pending_take(&mut p, &call).is_none());
+        call.depth = 2;
+        assert_eq!(pending_take(&mut p, &call).map(|a| a.regs[0]), Some(42));
+        assert!(pending_take(&mut p, &call).is_none());
+    }
+
+    struct S(([u8; 128], usize));
+    impl S {
+        fn as_str(&self) -> &str {
+            core::str::from_utf8(&self.0 .0[..self.0 .1]).unwrap()
+        }
+    }
+    impl Write for S {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            let (buf, n) = &mut self.0;
+            buf.get_mut(*n..*n + s.len())
+                .ok_or(fmt::Error)?
+                .copy_from_slice(s.as_bytes());
+            *n += s.len();
+            Ok(())
+        }
+    }
+    fn heapless_string() -> S {
+        S(([0; 128], 0))
+    }
+}

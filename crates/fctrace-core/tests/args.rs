@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The `args` option's formatting on the distro kernel's real BTF (the fixture of
+//! `tests/btf.rs`): what a reader writes for calls and returns of real functions.
+
+use fctrace_core::args::{self, ArgArea, ValueOpts, SPEC_KNOWN, STR_CUT, STR_UNREADABLE};
+use fctrace_core::btf::{Btf, Raw};
+use std::io::Read;
+
+fn vmlinux_btf() -> Vec<u8> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/distro-6.12.117.btf.xz"
+    );
+    let mut xz = Vec::new();
+    std::fs::File::open(path)
+        .unwrap()
+        .read_to_end(&mut xz)
+        .unwrap();
+    let mut out = Vec::new();
+    lzma_rs::xz_decompress(&mut &xz[..], &mut out).unwrap();
+    out
+}
+
+fn with_vmlinux(f: impl FnOnce(&Btf<'_>)) {
+    let data = vmlinux_btf();
+    let raw = Raw::parse(&data).unwrap();
+    let mut offs = vec![0u32; raw.count().unwrap()];
+    raw.index(&mut offs).unwrap();
+    f(&Btf::new(raw, &offs, None));
+}
+
+const RAW: ValueOpts = ValueOpts { ptr_hash: None };
+
+fn call(btf: &Btf<'_>, name: &str, a: &ArgArea, opts: ValueOpts) -> String {
+    let f = btf.find_func(name).unwrap_or_else(|| panic!("no {name}"));
+    let mut s = String::new();
+    args::write_args(&mut s, btf, &f, a, opts).unwrap();
+    format!("{name}{s}")
+}
+
+fn ret(btf: &Btf<'_>, name: &str, v: u64) -> String {
+    let f = btf.find_func(name).unwrap();
+    let mut s = String::new();
+    args::write_ret(&mut s, btf, &f, v, RAW).unwrap();
+    s
+}
+
+fn area(regs: &[u64]) -> ArgArea {
+    let mut a = ArgArea::EMPTY;
+    a.regs[..regs.len()].copy_from_slice(regs);
+    a.nregs = regs.len() as u8;
+    a
+}
+
+fn with_string(mut a: ArgArea, reg: u8, s: &[u8], state: u8) -> ArgArea {
+    a.str_reg[0] = reg;
+    a.str_len[0] = s.len() as u8;
+    a.str_state[0] = state;
+    a.strs[0][..s.len()].copy_from_slice(s);
+    a
+}
+
+#[test]
+fn specs_of_real_functions() {
+    with_vmlinux(|btf| {
+        let spec = |n: &str| args::spec(btf, &btf.find_func(n).unwrap());
+        // long do_sys_openat2(int dfd, const char *filename, struct open_how *how)
+        let s = spec("do_sys_openat2");
+        assert_eq!(s & SPEC_KNOWN, SPEC_KNOWN);
+        assert_eq!(args::spec_regs(s), 3);
+        assert_eq!(args::spec_strings(s), 0b10);
+        // ssize_t vfs_read(struct file *, char *buf, size_t, loff_t *): a buffer, not a string
+        let s = spec("vfs_read");
+        assert_eq!((args::spec_regs(s), args::spec_strings(s)), (4, 0));
+        // void schedule(void)
+        assert_eq!(args::spec_regs(spec("schedule")), 0);
+    });
+}
+
+#[test]
+fn calls_with_arguments() {
+    with_vmlinux(|btf| {
+        let a = with_string(
+            area(&[(-100i64) as u64, 0x7ffd_0000_1000, 0xffff_c900_0047_bd58]),
+            1,
+            b"/tmp/x",
+            0,
+        );
+        assert_eq!(
+            call(btf, "do_sys_openat2", &a, RAW),
+            "do_sys_openat2(dfd=-100, filename=\"/tmp/x\", how=0xffffc9000047bd58)"
+        );
+        let a = area(&[
+            0xffff_8880_03a1_c000,
+            0x7ffc_1a2b_3c40,
+            4096,
+            0xffff_c900_0047_bf08,
+        ]);
+        assert_eq!(
+            call(btf, "vfs_read", &a, RAW),
+            "vfs_read(file=0xffff888003a1c000, buf=0x7ffc1a2b3c40, count=4096, pos=0xffffc9000047bf08)"
+        );
+        // A reader who may not see kernel addresses: hashed; user addresses stay.
+        let hashed = call(
+            btf,
+            "vfs_read",
+            &a,
+            ValueOpts {
+                ptr_hash: Some(|v| (v >> 12) as u32),
+            },
+        );
+        assert!(hashed.starts_with("vfs_read(file=ptr:"), "{hashed}");
+        assert!(hashed.contains("buf=0x7ffc1a2b3c40"), "{hashed}");
+        assert!(!hashed.contains("ffff8880"), "{hashed}");
+    });
+}
+
+#[test]
+fn strings_cut_and_unreadable() {
+    with_vmlinux(|btf| {
+        let long = [b'a'; 80];
+        let a = with_string(area(&[0, 0x7ffd_0000_1000, 0]), 1, &long, STR_CUT);
+        let s = call(btf, "do_sys_openat2", &a, RAW);
+        assert!(
+            s.contains(&format!("filename=\"{}\"...", "a".repeat(80))),
+            "{s}"
+        );
+        let a = with_string(area(&[0, 0x10, 0]), 1, b"", STR_UNREADABLE);
+        let s = call(btf, "do_sys_openat2", &a, RAW);
+        assert!(s.contains("filename=0x10 (unreadable)"), "{s}");
+        // A NULL string pointer is a pointer.
+        let a = area(&[0, 0, 0]);
+        assert!(call(btf, "do_sys_openat2", &a, RAW).contains("filename=0x0"));
+    });
+}
+
+#[test]
+fn booleans_enums_flags_and_missing_registers() {
+    with_vmlinux(|btf| {
+        // void *__kmalloc_noprof(size_t size, gfp_t flags)
+        let s = call(btf, "__kmalloc_noprof", &area(&[64, 0xcc0]), RAW);
+        assert_eq!(s, "__kmalloc_noprof(size=64, flags=0xcc0)");
+        // Registers not stored: `?`.
+        let s = call(btf, "__kmalloc_noprof", &area(&[64]), RAW);
+        assert_eq!(s, "__kmalloc_noprof(size=64, flags=?)");
+        // bool try_to_freeze_unsafe... : a bool parameter by name
+        let f = btf.find_func("lru_add_drain_all").unwrap();
+        let mut out = String::new();
+        args::write_args(&mut out, btf, &f, &area(&[]), RAW).unwrap();
+        assert_eq!(out, "()");
+    });
+}
+
+#[test]
+fn typed_returns() {
+    with_vmlinux(|btf| {
+        // int: errno by name
+        assert_eq!(ret(btf, "do_mkdirat", (-2i64) as u64), "ret=-2 (ENOENT)");
+        assert_eq!(ret(btf, "do_mkdirat", 0), "ret=0");
+        // long
+        assert_eq!(ret(btf, "do_sys_openat2", 3), "ret=3");
+        // void: nothing
+        assert_eq!(ret(btf, "schedule", 0x1234), "");
+        // a pointer, an error pointer
+        assert_eq!(
+            ret(btf, "__kmalloc_noprof", 0xffff_8880_0123_4500),
+            "ret=0xffff888001234500"
+        );
+        assert_eq!(ret(btf, "getname", (-12i64) as u64), "ret=-12 (ENOMEM)");
+        // bool
+        let b = ret(btf, "capable", 1);
+        assert_eq!(b, "ret=true");
+        // an int cut to its size: 0xffffffff is -1 for an int
+        assert_eq!(ret(btf, "do_mkdirat", 0xffff_ffff), "ret=-1 (EPERM)");
+    });
+}
