@@ -8,6 +8,7 @@
 
 use super::{clock_ns, this_cpu, Tracer, MAX_TASKS};
 use crate::bindings;
+use crate::parse::OptionName;
 use crate::record::{Kind, Reason, Record, F_IRQ, F_SOFTIRQ};
 use crate::shadow::{ShadowStack, Sink};
 use core::cell::UnsafeCell;
@@ -209,6 +210,9 @@ impl Sink for Recorder<'_> {
 
     fn args(&self, func: u64, depth: usize, ts: u64) -> bool {
         let Some(regs) = self.regs else { return false };
+        if !self.tr.settings.option(OptionName::Args) {
+            return false;
+        }
         let mut r = Record::ZERO;
         self.stamp(&mut r);
         self.tr.write_args(&mut r, regs, func, depth, ts)
