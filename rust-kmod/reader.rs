@@ -6,7 +6,7 @@
 use crate::bindings;
 use crate::buffer::{Buffer, Event, Snapshot};
 use crate::engine::Tracer;
-use crate::format::{self, Options};
+use crate::format::{self, Options, Typed};
 use crate::ksym::SymBuf;
 use crate::parse::OptionName;
 use crate::text::Text;
@@ -52,18 +52,16 @@ fn render(
     let name = sym.name(ev.rec.func);
     let mut hashed = format::HashedName::new();
     // A callee without a symbol is named by its address: hashed for such readers.
-    let hashed_name = match opts.ptr_hash {
-        Some(h) if name.starts_with("0x") => Some(hashed.set(h(ev.rec.func))),
-        _ => None,
+    let shown = match opts.ptr_hash {
+        Some(h) if name.starts_with("0x") => hashed.set(h(ev.rec.func)),
+        _ => name,
     };
-    if tr.settings.option(OptionName::Args) {
-        let typed = TypedRecord::new(tr, &ev.rec, name, pending, opts.ptr_hash);
-        let name = hashed_name.unwrap_or(name);
-        format::write_record_with(t, &ev.rec, name, opts, Some(&typed))
-    } else {
-        let name = hashed_name.unwrap_or(name);
-        format::write_record(t, &ev.rec, name, opts)
-    }
+    let typed = tr
+        .settings
+        .option(OptionName::Args)
+        .then(|| TypedRecord::new(tr, &ev.rec, name, pending, opts.ptr_hash));
+    let typed = typed.as_ref().map(|t| t as &dyn Typed);
+    format::write_record_with(t, &ev.rec, shown, opts, typed)
 }
 
 /// Consumes records into `t` until it holds at least `want` bytes or nothing is left to

@@ -34,9 +34,8 @@ pub(crate) const PENDING: usize = 256;
 pub(crate) struct KernelBtf {
     data: KVVec<u8>,
     offs: KVVec<u32>,
-    /// Function ids sorted by name: the first `nfuncs`.
+    /// Function ids sorted by name.
     funcs: KVVec<u32>,
-    nfuncs: usize,
 }
 
 impl KernelBtf {
@@ -62,16 +61,11 @@ impl KernelBtf {
         raw.index(&mut offs).map_err(|_| EINVAL)?;
         let btf = Btf::new(raw, &offs, None);
         let mut funcs = KVVec::from_elem(0u32, btf.func_count(), GFP_KERNEL)?;
-        let nfuncs = btf.func_index(&mut funcs);
-        Ok(KBox::new(
-            KernelBtf {
-                data,
-                offs,
-                funcs,
-                nfuncs,
-            },
-            GFP_KERNEL,
-        )?)
+        // (`func_count` and `func_index` count the same records.)
+        if btf.func_index(&mut funcs) != funcs.len() {
+            return Err(EINVAL);
+        }
+        Ok(KBox::new(KernelBtf { data, offs, funcs }, GFP_KERNEL)?)
     }
 
     fn btf(&self) -> Option<Btf<'_>> {
@@ -81,7 +75,7 @@ impl KernelBtf {
     /// The function named `name` (a kernel symbol; a module's `name [mod]` is not in
     /// vmlinux's BTF, nor a compiler's clone `name.isra.0`, whose arguments differ).
     fn func<'a>(&'a self, btf: &Btf<'a>, name: &str) -> Option<Type<'a>> {
-        btf.find_func_in(self.funcs.get(..self.nfuncs).unwrap_or(&[]), name)
+        btf.find_func_in(&self.funcs, name)
     }
 }
 
@@ -189,8 +183,12 @@ impl Tracer {
             *d = *v;
         }
         a.nregs = n as u8;
-        a.pad = u8::from(spec & SPEC_RAW != 0);
+        a.raw = u8::from(spec & SPEC_RAW != 0);
         let strings = args::spec_strings(spec);
+        // The copies run kernel code (copy_from_*_nofault, memchr) from this handler. A
+        // probe of fctrace's inside it cannot re-enter a handler: kprobes counts a
+        // breakpoint hit inside a kprobe handler as missed, and fctrace's ftrace entry
+        // hook sees NMI context (int3's) and ignores it (`fctrace_task_context()`).
         let mut k = 0;
         for (reg, &v) in vals.iter().enumerate().take(n) {
             if strings & (1 << reg) == 0 || k == ARG_STRS {
@@ -306,14 +304,10 @@ impl<'a> TypedRecord<'a> {
 }
 
 impl Typed for TypedRecord<'_> {
-    fn has_args(&self) -> bool {
-        true
-    }
-
     fn write_args(&self, w: &mut dyn Write) -> fmt::Result {
         let mut w = w;
         match (&self.btf, &self.func, &self.area) {
-            (_, _, Some(a)) if a.pad != 0 => {
+            (_, _, Some(a)) if a.raw != 0 => {
                 // No BTF: the argument registers, marked.
                 w.write_str("(raw: ")?;
                 for (i, v) in a.regs.iter().take(usize::from(a.nregs)).enumerate() {
@@ -341,14 +335,18 @@ impl Typed for TypedRecord<'_> {
         }
     }
 
-    fn write_ret(&self, w: &mut dyn Write, v: u64) -> core::result::Result<bool, fmt::Error> {
+    fn has_ret(&self) -> bool {
+        match (&self.btf, &self.func) {
+            (Some(b), Some(f)) => args::returns_value(b, f),
+            _ => true,
+        }
+    }
+
+    fn write_ret(&self, w: &mut dyn Write, v: u64) -> fmt::Result {
         let mut w = w;
         match (&self.btf, &self.func) {
             (Some(b), Some(f)) => args::write_ret(&mut w, b, f, v, self.opts),
-            _ => {
-                crate::format::write_raw_ret(&mut w, v, self.opts.ptr_hash)?;
-                Ok(true)
-            }
+            _ => crate::format::write_raw_ret(&mut w, v, self.opts.ptr_hash),
         }
     }
 }

@@ -20,7 +20,7 @@
 //! negative errnos with their name, and kernel addresses hashed for a reader who may not
 //! see them.
 
-use crate::btf::{Btf, Class, Kind, Type};
+use crate::btf::{sized, Btf, Class, Kind, Type};
 use crate::format::is_kernel_addr;
 use crate::record::{Record, RECORD_SIZE};
 use core::fmt::{self, Write};
@@ -55,7 +55,8 @@ pub struct ArgArea {
     pub str_len: [u8; ARG_STRS],
     /// `STR_*` of each string.
     pub str_state: [u8; ARG_STRS],
-    pub pad: u8,
+    /// 1: no BTF, the registers are shown raw.
+    pub raw: u8,
     pub strs: [[u8; ARG_STR_MAX]; ARG_STRS],
 }
 
@@ -74,7 +75,7 @@ impl ArgArea {
         str_reg: [NO_STR; ARG_STRS],
         str_len: [0; ARG_STRS],
         str_state: [STR_WHOLE; ARG_STRS],
-        pad: 0,
+        raw: 0,
         strs: [[0; ARG_STR_MAX]; ARG_STRS],
     };
 
@@ -248,19 +249,6 @@ fn is_flags(btf: &Btf<'_>, mut id: u32, name: &str) -> bool {
         }
     }
     false
-}
-
-/// `v` cut to `size` bytes, sign-extended if `signed`.
-fn sized(v: u64, size: u8, signed: bool) -> u64 {
-    let bits = u32::from(size.clamp(1, 8)) * 8;
-    if bits >= 64 {
-        v
-    } else if signed {
-        let s = 64 - bits;
-        ((v << s) as i64 >> s) as u64
-    } else {
-        v & ((1u64 << bits) - 1)
-    }
 }
 
 /// A pointer value: hex, or hashed for a reader who may not see kernel addresses.
@@ -484,7 +472,7 @@ fn write_value(
     let v = regs.first().copied().unwrap_or(0);
     match class {
         Class::Int { size, signed } if size <= 8 => {
-            let x = sized(v, size, signed);
+            let x = sized(v, u32::from(size), signed);
             if signed {
                 write!(w, "{}", x as i64)
             } else if is_flags(btf, id, name) {
@@ -507,7 +495,7 @@ fn write_value(
         Class::Ptr { .. } | Class::FuncPtr => write_ptr(w, v, opts),
         Class::Enum { id, size, signed } => match btf.enum_name(id, v) {
             Some(n) => w.write_str(n),
-            None => write!(w, "{}", sized(v, size, signed) as i64),
+            None => write!(w, "{}", sized(v, u32::from(size), signed) as i64),
         },
         Class::Aggregate { id, .. } => {
             let t = btf.get(id).ok();
@@ -578,27 +566,31 @@ pub fn write_args(
     w.write_char(')')
 }
 
-/// Writes `ret=value` for a return of `f` (a BTF `Func`) with `rax` = `v`; nothing for a
-/// `void` function. Returns whether it wrote anything.
+/// The type id of what function `f` (a BTF `Func`) returns (0: `void`).
+fn ret_type(btf: &Btf<'_>, f: &Type<'_>) -> u32 {
+    btf.get(f.type_id()).map_or(0, |proto| proto.type_id())
+}
+
+/// Whether function `f` (a BTF `Func`) returns a value.
+pub fn returns_value(btf: &Btf<'_>, f: &Type<'_>) -> bool {
+    btf.class(ret_type(btf, f)).is_ok_and(|c| c != Class::Void)
+}
+
+/// Writes `ret=value` for a return of `f` (a BTF `Func`) with `rax` = `v` (see
+/// [`returns_value`]: a `void` function has none to write).
 pub fn write_ret(
     w: &mut impl Write,
     btf: &Btf<'_>,
     f: &Type<'_>,
     v: u64,
     opts: ValueOpts,
-) -> Result<bool, fmt::Error> {
-    let Ok(proto) = btf.get(f.type_id()) else {
-        return Ok(false);
-    };
-    let id = proto.type_id();
+) -> fmt::Result {
+    let id = ret_type(btf, f);
     let class = btf.class(id).unwrap_or(Class::Other);
-    if class == Class::Void {
-        return Ok(false);
-    }
     w.write_str("ret=")?;
     match class {
         Class::Int { size, signed: true } if size <= 8 => {
-            let x = sized(v, size, true) as i64;
+            let x = sized(v, u32::from(size), true) as i64;
             if (-4095..0).contains(&x) {
                 write_errno(w, x)?;
             } else {
@@ -609,7 +601,7 @@ pub fn write_ret(
         Class::Ptr { .. } if (-4095..0).contains(&(v as i64)) => write_errno(w, v as i64)?,
         c => write_value(w, btf, id, "", c, &[v], None, opts)?,
     }
-    Ok(true)
+    Ok(())
 }
 
 /// An argument record waiting in a reader for its call's record (a chain of calls with

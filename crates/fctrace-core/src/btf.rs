@@ -503,17 +503,7 @@ impl<'a> Btf<'a> {
     /// The name of the enum value `v` of enum type `id`, if it has one.
     pub fn enum_name(&self, id: u32, v: u64) -> Option<&'a str> {
         let t = self.get(id).ok()?;
-        let (bits, signed) = (t.size().min(8) * 8, t.kind_flag());
-        let norm = |x: u64| {
-            if bits >= 64 {
-                x
-            } else if signed {
-                let s = 64 - bits;
-                ((x << s) as i64 >> s) as u64
-            } else {
-                x & ((1u64 << bits) - 1)
-            }
-        };
+        let norm = |x: u64| sized(x, t.size(), t.kind_flag());
         let want = norm(v);
         t.enum_values()
             .find(|&(_, val)| norm(val) == want)
@@ -584,6 +574,20 @@ impl<'a> Btf<'a> {
         }
         w.write_str(") -> ")?;
         self.write_type(w, proto.type_id())
+    }
+}
+
+/// `v` cut to `size` bytes (1 to 8), sign-extended if `signed`: a value of that size
+/// held in a 64-bit register or record.
+pub fn sized(v: u64, size: u32, signed: bool) -> u64 {
+    let bits = size.clamp(1, 8) * 8;
+    if bits == 64 {
+        v
+    } else if signed {
+        let s = 64 - bits;
+        ((v << s) as i64 >> s) as u64
+    } else {
+        v & ((1u64 << bits) - 1)
     }
 }
 

@@ -199,19 +199,21 @@ pub fn write_record(w: &mut impl Write, r: &Record, name: &str, opts: Options) -
 }
 
 /// What the `args` option adds to a line: the call's arguments, written after the
-/// name (`(dfd=-100, ...)`), and a typed return value in place of the raw one
-/// (`Ok(false)`: nothing, a `void` function).
+/// name (`(dfd=-100, ...)`), and a typed return value in place of the raw one.
 pub trait Typed {
+    /// Writes `(...)`.
     fn write_args(&self, w: &mut dyn Write) -> fmt::Result;
-    fn has_args(&self) -> bool;
-    fn write_ret(&self, w: &mut dyn Write, v: u64) -> Result<bool, fmt::Error>;
+    /// Whether the function returns a value (not `void`).
+    fn has_ret(&self) -> bool;
+    /// Writes `ret=` and the value `v`.
+    fn write_ret(&self, w: &mut dyn Write, v: u64) -> fmt::Result;
 }
 
 struct TypedRet<'a>(&'a dyn Typed, u64);
 
 impl fmt::Display for TypedRet<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.write_ret(f, self.1).map(|_| ())
+        self.0.write_ret(f, self.1)
     }
 }
 
@@ -253,8 +255,7 @@ pub fn write_record_with(
     if let Some(c) = closing.filter(|c| opts.retval && c.flags & F_RETVAL != 0) {
         if let Some(t) = typed {
             // Typed: nothing for a `void` function.
-            let mut probe = Discard;
-            if t.write_ret(&mut probe, c.retval) == Ok(true) && n < notes.len() {
+            if t.has_ret() && n < notes.len() {
                 typed_ret = TypedRet(t, c.retval);
                 notes[n] = &typed_ret;
                 n += 1;
@@ -301,19 +302,10 @@ pub fn write_record_with(
     Ok(())
 }
 
-/// A writer that keeps nothing (to learn whether something would be written).
-struct Discard;
-
-impl Write for Discard {
-    fn write_str(&mut self, _: &str) -> fmt::Result {
-        Ok(())
-    }
-}
-
 /// Writes `name(...)`: with the arguments `typed` has, else `()`.
 fn write_name(w: &mut impl Write, name: &str, typed: Option<&dyn Typed>) -> fmt::Result {
     w.write_str(name)?;
-    match typed.filter(|t| t.has_args()) {
+    match typed {
         Some(t) => {
             let mut adapter = Adapter(w);
             t.write_args(&mut adapter)
@@ -479,6 +471,43 @@ mod tests {
             " 1)             cat-83 |                 |  ==========> softirq\n",
             " 1)             cat-83 |        1.000 us  |  handle_softirqs();\n",
             " 1)             cat-83 |                 |  <========== softirq\n",
+        );
+        assert_eq!(s, expected);
+    }
+
+    struct FakeTyped(bool);
+
+    impl Typed for FakeTyped {
+        fn write_args(&self, w: &mut dyn Write) -> fmt::Result {
+            w.write_str("(n=1)")
+        }
+        fn has_ret(&self) -> bool {
+            self.0
+        }
+        fn write_ret(&self, w: &mut dyn Write, v: u64) -> fmt::Result {
+            write!(w, "ret=typed {}", v)
+        }
+    }
+
+    #[test]
+    fn typed_lines() {
+        let mut s = String::new();
+        let call = rec(Kind::Call, 0);
+        write_record_with(&mut s, &call, "f", ALL, Some(&FakeTyped(true))).unwrap();
+        let mut ret = rec(Kind::Ret, 0);
+        ret.flags = F_RETVAL;
+        ret.retval = 7;
+        write_record_with(&mut s, &ret, "f", ALL, Some(&FakeTyped(true))).unwrap();
+        let mut whole = rec(Kind::Whole, 1);
+        whole.flags = F_RETVAL;
+        write_record_with(&mut s, &whole, "g", ALL, Some(&FakeTyped(false))).unwrap();
+        let mut args = rec(Kind::Args, 1);
+        args.reason = 1;
+        write_record_with(&mut s, &args, "g", ALL, Some(&FakeTyped(false))).unwrap();
+        let expected = concat!(
+            " 1)             cat-83 |                 |  f(n=1) {\n",
+            " 1)             cat-83 |                 |  } /* f ret=typed 7 */\n",
+            " 1)             cat-83 |                 |    g(n=1);\n",
         );
         assert_eq!(s, expected);
     }
