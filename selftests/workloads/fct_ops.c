@@ -20,7 +20,9 @@
  *               from the other (socketpair made before)
  *   epoll       epoll_wait() on an eventfd, with no timeout: it sleeps until a
  *               child process writes the eventfd 200 ms after the gate opens
- *   fsync FILE  fsync() FILE, opened and written (4096 bytes) before
+ *   fsync FILE  fsync() FILE, opened and written (4096 bytes) before; one
+ *               byte is written again after the gate, just before fsync(), so
+ *               the page is dirty even if writeback cleaned it meanwhile
  * Everything but the operation itself (the pipe's creation, buffers) is done
  * before the gate opens; "ready" is printed (and flushed) just before it, so a
  * test can wait for the process to sit in the gate's nanosleep() before it
@@ -220,6 +222,8 @@ int main(int argc, char **argv)
 		if (write(fd, buf, sizeof(buf)) != sizeof(buf))
 			return 1;
 		gate();
+		if (pwrite(fd, buf, 1, 0) != 1)
+			return 1;
 		return fsync(fd) != 0;
 	}
 	fprintf(stderr, "usage: fct_ops read|read_fresh|pipe|stat|open|mmap|fork|readdir|write|fsync [FILE] | put FILE TEXT | tcp|unix|epoll\n");
