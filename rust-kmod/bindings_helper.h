@@ -5,6 +5,7 @@
 #include <linux/kallsyms.h>
 #include <linux/kdebug.h>
 #include <linux/kprobes.h>
+#include <linux/module.h>
 #include <linux/poll.h>
 #include <linux/ring_buffer.h>
 #include <linux/uaccess.h>

@@ -94,11 +94,13 @@ struct Fctrace {
     _fs: fs::Registration,
     _tracer: engine::TracerHandle,
     _late_int3: late_int3::Guard,
+    _modules: typed::ModuleWatch,
 }
 
 impl kernel::Module for Fctrace {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let late_int3 = late_int3::Guard::new()?;
+        let modules = typed::ModuleWatch::new()?;
         let tracer = engine::TracerHandle::new()?;
         let fs = fs::Registration::new()?;
         pr_info!("loaded; mount with: mount -t fctrace nodev /sys/kernel/fctrace\n");
@@ -106,6 +108,7 @@ impl kernel::Module for Fctrace {
             _fs: fs,
             _tracer: tracer,
             _late_int3: late_int3,
+            _modules: modules,
         })
     }
 }

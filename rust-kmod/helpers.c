@@ -886,11 +886,19 @@ long fctrace_copy_str(void *dst, unsigned long src, unsigned long len)
 	return len;
 }
 
-#define FCTRACE_BTF_PATH "/sys/kernel/btf/vmlinux"
-
-long fctrace_btf_size(void)
+static struct file *fctrace_btf_open(const char *name)
 {
-	struct file *f = filp_open(FCTRACE_BTF_PATH, O_RDONLY, 0);
+	char path[sizeof("/sys/kernel/btf/") + MODULE_NAME_LEN];
+
+	if (strchr(name, '/') ||
+	    snprintf(path, sizeof(path), "/sys/kernel/btf/%s", name) >= sizeof(path))
+		return ERR_PTR(-EINVAL);
+	return filp_open(path, O_RDONLY, 0);
+}
+
+long fctrace_btf_size(const char *name)
+{
+	struct file *f = fctrace_btf_open(name);
 	long size;
 
 	if (IS_ERR(f))
@@ -900,9 +908,9 @@ long fctrace_btf_size(void)
 	return size;
 }
 
-long fctrace_btf_read(void *buf, unsigned long len)
+long fctrace_btf_read(const char *name, void *buf, unsigned long len)
 {
-	struct file *f = filp_open(FCTRACE_BTF_PATH, O_RDONLY, 0);
+	struct file *f = fctrace_btf_open(name);
 	loff_t pos = 0;
 	long got = 0;
 

@@ -184,13 +184,17 @@ void fctrace_optimize_work(void);
 void fctrace_arm_pending(unsigned long flags);
 void fctrace_arm_pending_entry(unsigned long flags);
 
-#endif
 /*
  * args option: copies up to len bytes of the string at src (user memory below
  * TASK_SIZE_MAX, else kernel memory) into dst without faulting; the second page is only
  * read if the first holds no NUL. Returns the bytes copied, or -EFAULT. Any context.
  */
 long fctrace_copy_str(void *dst, unsigned long src, unsigned long len);
-/* The size of /sys/kernel/btf/vmlinux (0: none), and reading it into buf. */
-long fctrace_btf_size(void);
-long fctrace_btf_read(void *buf, unsigned long len);
+/*
+ * The size of /sys/kernel/btf/<name> (name: "vmlinux", or a module's; 0: none), and
+ * reading it into buf. Process context.
+ */
+long fctrace_btf_size(const char *name);
+long fctrace_btf_read(const char *name, void *buf, unsigned long len);
+
+#endif

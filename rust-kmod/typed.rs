@@ -17,9 +17,14 @@ use crate::ksym::SymBuf;
 use crate::parse::OptionName;
 use crate::record::{Kind, Record, F_ARGS};
 use core::fmt::{self, Write};
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::pin::Pin;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use kernel::alloc::KVVec;
+use kernel::c_str;
+use kernel::ffi::{c_int, c_ulong, c_void};
 use kernel::prelude::*;
+use kernel::str::CStr;
+use kernel::types::Opaque;
 
 /// The largest BTF read (the distro kernel's is 6 MiB).
 const MAX_BTF: i64 = 64 << 20;
@@ -30,53 +35,294 @@ const SPEC_RAW: u32 = 1 << 30;
 /// Argument records a reader keeps for calls whose records are not read yet.
 pub(crate) const PENDING: usize = 256;
 
-/// The kernel's BTF, indexed.
-pub(crate) struct KernelBtf {
+/// Modules whose BTF is kept. A module unloaded and loaded again with other types takes
+/// a new slot; with all taken, further modules' functions are shown without types.
+const MOD_SLOTS: usize = 32;
+
+/// Module unloads seen so far (counted by [`ModuleWatch`]): a module's BTF read before
+/// the last one may belong to a module of the same name that is gone.
+static MODULES_GONE: AtomicU64 = AtomicU64::new(0);
+
+/// One BTF file, read and indexed.
+struct Indexed {
     data: KVVec<u8>,
     offs: KVVec<u32>,
     /// Function ids sorted by name.
     funcs: KVVec<u32>,
 }
 
-impl KernelBtf {
-    /// Reads and indexes `/sys/kernel/btf/vmlinux`. Process context; sleeps.
-    fn load() -> Result<KBox<KernelBtf>> {
-        // SAFETY: a C helper; process context.
-        let size = unsafe { bindings::fctrace_btf_size() } as i64;
-        if size <= 0 {
-            return Err(ENOENT);
-        }
-        if size > MAX_BTF {
-            return Err(EFBIG);
-        }
-        let mut data = KVVec::from_elem(0u8, size as usize, GFP_KERNEL)?;
-        // SAFETY: `data` has `size` writable bytes; process context.
-        let got = unsafe { bindings::fctrace_btf_read(data.as_mut_ptr().cast(), size as _) };
-        if got as i64 != size {
-            return Err(EIO);
-        }
+impl Indexed {
+    /// Reads and indexes `/sys/kernel/btf/<name>` (`vmlinux`, or a module's BTF, split
+    /// on top of `base`). Process context; sleeps.
+    fn load(name: &CStr, base: Option<&Btf<'_>>) -> Result<Indexed> {
+        let data = read_btf(name)?;
         let raw = Raw::parse(&data).map_err(|_| EINVAL)?;
         let n = raw.count().map_err(|_| EINVAL)?;
         let mut offs = KVVec::from_elem(0u32, n, GFP_KERNEL)?;
         raw.index(&mut offs).map_err(|_| EINVAL)?;
-        let btf = Btf::new(raw, &offs, None);
+        let btf = Btf::new(raw, &offs, base);
         let mut funcs = KVVec::from_elem(0u32, btf.func_count(), GFP_KERNEL)?;
         // (`func_count` and `func_index` count the same records.)
         if btf.func_index(&mut funcs) != funcs.len() {
             return Err(EINVAL);
         }
-        Ok(KBox::new(KernelBtf { data, offs, funcs }, GFP_KERNEL)?)
+        Ok(Indexed { data, offs, funcs })
     }
 
-    fn btf(&self) -> Option<Btf<'_>> {
-        Some(Btf::new(Raw::parse(&self.data).ok()?, &self.offs, None))
+    fn btf<'a>(&'a self, base: Option<&'a Btf<'a>>) -> Option<Btf<'a>> {
+        Some(Btf::new(Raw::parse(&self.data).ok()?, &self.offs, base))
+    }
+}
+
+/// The bytes of `/sys/kernel/btf/<name>`. Process context; sleeps.
+fn read_btf(name: &CStr) -> Result<KVVec<u8>> {
+    // SAFETY: a C helper reading a NUL-terminated name; process context.
+    let size = unsafe { bindings::fctrace_btf_size(name.as_char_ptr()) } as i64;
+    if size <= 0 {
+        return Err(ENOENT);
+    }
+    if size > MAX_BTF {
+        return Err(EFBIG);
+    }
+    let mut data = KVVec::from_elem(0u8, size as usize, GFP_KERNEL)?;
+    // SAFETY: `data` has `size` writable bytes; the name is NUL-terminated; process
+    // context.
+    let got = unsafe {
+        bindings::fctrace_btf_read(name.as_char_ptr(), data.as_mut_ptr().cast(), size as _)
+    };
+    if got as i64 != size {
+        return Err(EIO);
+    }
+    Ok(data)
+}
+
+/// A module's BTF (split on top of vmlinux's), or the knowledge that it has none.
+struct ModBtf {
+    /// The module's name, NUL-terminated.
+    name: [u8; MODULE_NAME_LEN + 1],
+    /// [`MODULES_GONE`] when this was last found to be the loaded module's BTF.
+    checked: AtomicU64,
+    /// A module of this name went and came back with other types.
+    stale: AtomicBool,
+    /// `None`: the module has no BTF (not built with `CONFIG_DEBUG_INFO_BTF_MODULES`).
+    idx: Option<Indexed>,
+}
+
+/// A module name's length limit (the kernel's `MODULE_NAME_LEN`, NUL included).
+const MODULE_NAME_LEN: usize = 56;
+
+impl ModBtf {
+    fn name(&self) -> &[u8] {
+        let n = self.name.iter().position(|&c| c == 0).unwrap_or(0);
+        self.name.get(..n).unwrap_or(&[])
     }
 
-    /// The function named `name` (a kernel symbol; a module's `name [mod]` is not in
-    /// vmlinux's BTF, nor a compiler's clone `name.isra.0`, whose arguments differ).
-    fn func<'a>(&'a self, btf: &Btf<'a>, name: &str) -> Option<Type<'a>> {
-        btf.find_func_in(&self.funcs, name)
+    fn cname(&self) -> &CStr {
+        // SAFETY: `name` is NUL-terminated (set in `load` from a shorter name).
+        unsafe { CStr::from_char_ptr(self.name.as_ptr().cast()) }
     }
+
+    /// Reads module `m`'s BTF. Process context; sleeps.
+    fn load(m: &str, base: &Btf<'_>) -> Result<KBox<ModBtf>> {
+        let mut name = [0u8; MODULE_NAME_LEN + 1];
+        name.get_mut(..m.len())
+            .ok_or(EINVAL)?
+            .copy_from_slice(m.as_bytes());
+        let checked = AtomicU64::new(MODULES_GONE.load(Ordering::Acquire));
+        let mut mb = ModBtf {
+            name,
+            checked,
+            stale: AtomicBool::new(false),
+            idx: None,
+        };
+        mb.idx = match Indexed::load(mb.cname(), Some(base)) {
+            Ok(i) => Some(i),
+            Err(e) if e == ENOENT => None,
+            Err(e) => return Err(e),
+        };
+        Ok(KBox::new(mb, GFP_KERNEL)?)
+    }
+
+    /// Whether this is still the BTF of the module of its name that is loaded now:
+    /// after a module unload, reads the file again and compares. Process context.
+    fn current(&self) -> bool {
+        let gone = MODULES_GONE.load(Ordering::Acquire);
+        if self.stale.load(Ordering::Acquire) {
+            return false;
+        }
+        if self.checked.load(Ordering::Acquire) == gone {
+            return true;
+        }
+        let same = match (read_btf(self.cname()), &self.idx) {
+            (Ok(now), Some(i)) => now[..] == i.data[..],
+            (Err(e), None) => e == ENOENT,
+            _ => false,
+        };
+        if same {
+            self.checked.store(gone, Ordering::Release);
+        } else {
+            self.stale.store(true, Ordering::Release);
+        }
+        same
+    }
+}
+
+/// The kernel's BTF, indexed, and the modules' read so far.
+pub(crate) struct KernelBtf {
+    vmlinux: Indexed,
+    /// Filled in order (process context, under the tracer's mutex), freed with this.
+    mods: [AtomicPtr<ModBtf>; MOD_SLOTS],
+}
+
+impl KernelBtf {
+    /// Reads and indexes `/sys/kernel/btf/vmlinux`. Process context; sleeps.
+    fn load() -> Result<KBox<KernelBtf>> {
+        let vmlinux = Indexed::load(c_str!("vmlinux"), None)?;
+        Ok(KBox::new(
+            KernelBtf {
+                vmlinux,
+                mods: [const { AtomicPtr::new(core::ptr::null_mut()) }; MOD_SLOTS],
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    /// The newest BTF kept for module `m` (stale ones are skipped).
+    fn module(&self, m: &str) -> Option<&ModBtf> {
+        self.mods
+            .iter()
+            .rev()
+            .map(|p| p.load(Ordering::Acquire))
+            // SAFETY: a non-null slot holds a `KBox::into_raw` pointer freed only when
+            // `self` drops.
+            .filter_map(|p| unsafe { p.as_ref() })
+            .find(|mb| mb.name() == m.as_bytes() && !mb.stale.load(Ordering::Acquire))
+    }
+
+    /// Module `m`'s BTF, read now if not kept yet or no longer current. Process context,
+    /// under the tracer's mutex (which orders the slots' filling); sleeps.
+    fn module_load(&self, m: &str) -> Option<&ModBtf> {
+        if let Some(mb) = self.module(m).filter(|mb| mb.current()) {
+            return Some(mb);
+        }
+        let slot = self
+            .mods
+            .iter()
+            .find(|p| p.load(Ordering::Acquire).is_null())?;
+        let base = self.vmlinux.btf(None)?;
+        let mb = ModBtf::load(m, &base).ok()?;
+        let p = KBox::into_raw(mb);
+        slot.store(p, Ordering::Release);
+        // SAFETY: just published; freed only when `self` drops.
+        unsafe { p.as_ref() }
+    }
+
+    /// Function `sym` (`name`, or `name [module]`): the BTF that has it (vmlinux's, or
+    /// the module's split on top of it) and its type, given to `f`; reads a module's BTF
+    /// not kept yet. Process context, under the tracer's mutex; sleeps. A compiler's clone
+    /// (`name.isra.0`, other arguments) is in no BTF.
+    fn with_func<R>(&self, sym: &str, f: impl FnOnce(&Btf<'_>, &Type<'_>) -> R) -> Option<R> {
+        let (name, module) = args::split_module(sym);
+        let m = match module {
+            Some(m) => Some(self.module_load(m)?),
+            None => None,
+        };
+        let id = self.func_id(m, name)?;
+        self.with_id(m, id, f)
+    }
+
+    /// The id of function `name` in module `m`'s BTF (or vmlinux's).
+    fn func_id(&self, m: Option<&ModBtf>, name: &str) -> Option<u32> {
+        self.with_btf(m, |b| {
+            let funcs = match m {
+                Some(mb) => &mb.idx.as_ref()?.funcs,
+                None => &self.vmlinux.funcs,
+            };
+            Some(b.find_func_in(funcs, name)?.id)
+        })?
+    }
+
+    /// Type `id` of module `m`'s BTF (or vmlinux's), given to `f` with that BTF.
+    fn with_id<R>(
+        &self,
+        m: Option<&ModBtf>,
+        id: u32,
+        f: impl FnOnce(&Btf<'_>, &Type<'_>) -> R,
+    ) -> Option<R> {
+        self.with_btf(m, |b| Some(f(b, &b.get(id).ok()?)))?
+    }
+
+    /// Module `m`'s BTF (or vmlinux's), given to `f`.
+    fn with_btf<R>(&self, m: Option<&ModBtf>, f: impl FnOnce(&Btf<'_>) -> R) -> Option<R> {
+        let base = self.vmlinux.btf(None)?;
+        match m {
+            None => Some(f(&base)),
+            Some(mb) => {
+                let split = mb.idx.as_ref()?.btf(Some(&base))?;
+                Some(f(&split))
+            }
+        }
+    }
+}
+
+impl Drop for KernelBtf {
+    fn drop(&mut self) {
+        for p in &self.mods {
+            let p = p.load(Ordering::Acquire);
+            if !p.is_null() {
+                // SAFETY: from `KBox::into_raw` in `module_load`; nothing borrows it any
+                // more (`&mut self`).
+                drop(unsafe { KBox::from_raw(p) });
+            }
+        }
+    }
+}
+
+/// A module notifier counting unloads into [`MODULES_GONE`]; unregistered on drop.
+pub(crate) struct ModuleWatch {
+    nb: Pin<KBox<Opaque<bindings::notifier_block>>>,
+}
+
+// SAFETY: the watch only hands the notifier block to the kernel, which serialises all
+// access to it (the notifier chain's own locking); Rust never touches it after `new`.
+unsafe impl Send for ModuleWatch {}
+// SAFETY: as above, `&ModuleWatch` gives no access to the block.
+unsafe impl Sync for ModuleWatch {}
+
+impl ModuleWatch {
+    pub(crate) fn new() -> Result<Self> {
+        let nb = bindings::notifier_block {
+            notifier_call: Some(module_event),
+            ..Default::default()
+        };
+        let nb = KBox::pin(Opaque::new(nb), GFP_KERNEL)?;
+        // SAFETY: `nb` is pinned in a box that lives until `drop` unregisters it.
+        kernel::error::to_result(unsafe { bindings::register_module_notifier(nb.get()) })?;
+        Ok(ModuleWatch { nb })
+    }
+}
+
+impl Drop for ModuleWatch {
+    fn drop(&mut self) {
+        // SAFETY: registered in `new`; unregistering waits for running callbacks.
+        unsafe { bindings::unregister_module_notifier(self.nb.get()) };
+    }
+}
+
+/// The module notifier: counts modules going.
+///
+/// # Safety
+///
+/// Called only by the kernel's module notifier chain (it reads none of its pointers).
+unsafe extern "C" fn module_event(
+    _nb: *mut bindings::notifier_block,
+    action: c_ulong,
+    _data: *mut c_void,
+) -> c_int {
+    if action == bindings::module_state_MODULE_STATE_GOING as c_ulong {
+        MODULES_GONE.fetch_add(1, Ordering::AcqRel);
+    }
+    0 // NOTIFY_DONE
 }
 
 /// Where the tracer keeps the BTF: set once, freed with the tracer.
@@ -153,9 +399,8 @@ impl Tracer {
         let Some(kb) = self.btf.get() else {
             return SPEC_KNOWN | SPEC_RAW | ARG_REGS as u32;
         };
-        let Some(btf) = kb.btf() else { return 0 };
         let name = sym.name(func);
-        kb.func(&btf, name).map_or(0, |f| args::spec(&btf, &f))
+        kb.with_func(name, args::spec).unwrap_or(0)
     }
 
     /// A call of `func` at `depth` at time `ts` is drawn with the registers `regs` at the
@@ -273,8 +518,9 @@ impl Pending {
 
 /// What a reader knows of one record's function with `args` on.
 pub(crate) struct TypedRecord<'a> {
-    btf: Option<Btf<'a>>,
-    func: Option<Type<'a>>,
+    /// The BTF and, in it, the function's type: the module's BTF (or `None`: vmlinux's)
+    /// and the id.
+    func: Option<(&'a KernelBtf, Option<&'a ModBtf>, u32)>,
     area: Option<ArgArea>,
     opts: ValueOpts,
 }
@@ -288,65 +534,71 @@ impl<'a> TypedRecord<'a> {
         pending: &mut Pending,
         ptr_hash: Option<fn(u64) -> u32>,
     ) -> Self {
-        let kb = tr.btf.get();
-        let btf = kb.and_then(|k| k.btf());
-        let func = match (kb, btf.as_ref()) {
-            (Some(k), Some(b)) => k.func(b, name),
-            _ => None,
-        };
+        let func = tr.btf.get().and_then(|kb| {
+            let (name, module) = args::split_module(name);
+            let m = match module {
+                Some(m) => Some(kb.module(m)?),
+                None => None,
+            };
+            Some((kb, m, kb.func_id(m, name)?))
+        });
         TypedRecord {
-            btf,
             func,
             area: pending.take(r),
             opts: ValueOpts { ptr_hash },
         }
+    }
+
+    /// `f` with the function's BTF and type, if known.
+    fn with<R>(&self, f: impl FnOnce(&Btf<'_>, &Type<'_>) -> R) -> Option<R> {
+        let (kb, m, id) = self.func?;
+        kb.with_id(m, id, f)
     }
 }
 
 impl Typed for TypedRecord<'_> {
     fn write_args(&self, w: &mut dyn Write) -> fmt::Result {
         let mut w = w;
-        match (&self.btf, &self.func, &self.area) {
-            (_, _, Some(a)) if a.raw != 0 => {
-                // No BTF: the argument registers, marked.
-                w.write_str("(raw: ")?;
-                for (i, v) in a.regs.iter().take(usize::from(a.nregs)).enumerate() {
-                    if i > 0 {
-                        w.write_str(", ")?;
-                    }
-                    match self
-                        .opts
-                        .ptr_hash
-                        .filter(|_| crate::format::is_kernel_addr(*v))
-                    {
-                        Some(h) => write!(w, "ptr:{:08x}", h(*v))?,
-                        None => write!(w, "{:#x}", v)?,
-                    }
+        if let Some(a) = self.area.as_ref().filter(|a| a.raw != 0) {
+            // No BTF: the argument registers, marked.
+            w.write_str("(raw: ")?;
+            for (i, v) in a.regs.iter().take(usize::from(a.nregs)).enumerate() {
+                if i > 0 {
+                    w.write_str(", ")?;
                 }
-                w.write_char(')')
+                match self
+                    .opts
+                    .ptr_hash
+                    .filter(|_| crate::format::is_kernel_addr(*v))
+                {
+                    Some(h) => write!(w, "ptr:{:08x}", h(*v))?,
+                    None => write!(w, "{:#x}", v)?,
+                }
             }
-            (Some(b), Some(f), Some(a)) => args::write_args(&mut w, b, f, a, self.opts),
+            return w.write_char(')');
+        }
+        let written = self.with(|b, f| match &self.area {
+            Some(a) => Some(args::write_args(&mut w, b, f, a, self.opts)),
             // Known to take nothing.
-            (Some(b), Some(f), None) if b.get(f.type_id()).is_ok_and(|p| p.vlen() == 0) => {
-                w.write_str("()")
-            }
+            None if b.get(f.type_id()).is_ok_and(|p| p.vlen() == 0) => Some(w.write_str("()")),
+            None => None,
+        });
+        match written.flatten() {
+            Some(r) => r,
             // Not known (not in BTF, or its argument record was lost or not written).
-            _ => w.write_str("(?)"),
+            None => w.write_str("(?)"),
         }
     }
 
     fn has_ret(&self) -> bool {
-        match (&self.btf, &self.func) {
-            (Some(b), Some(f)) => args::returns_value(b, f),
-            _ => true,
-        }
+        self.with(args::returns_value).unwrap_or(true)
     }
 
     fn write_ret(&self, w: &mut dyn Write, v: u64) -> fmt::Result {
         let mut w = w;
-        match (&self.btf, &self.func) {
-            (Some(b), Some(f)) => args::write_ret(&mut w, b, f, v, self.opts),
-            _ => crate::format::write_raw_ret(&mut w, v, self.opts.ptr_hash),
+        match self.with(|b, f| args::write_ret(&mut w, b, f, v, self.opts)) {
+            Some(r) => r,
+            None => crate::format::write_raw_ret(&mut w, v, self.opts.ptr_hash),
         }
     }
 }

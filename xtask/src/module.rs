@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! `cargo xtask module`: build `rust-kmod/fctrace.ko` against the test kernel
-//! by invoking Kbuild directly (`make -C <KDIR> LLVM=1 M=<repo>/rust-kmod`).
+//! by invoking Kbuild directly (`make -C <KDIR> LLVM=1 M=<repo>/rust-kmod`), and the
+//! selftests' module `selftests/modules/fct_testmod.ko` the same way.
 
 use std::path::{Path, PathBuf};
 
@@ -24,9 +25,23 @@ pub fn ko_path() -> PathBuf {
     module_dir().join("fctrace.ko")
 }
 
-/// Build the module; returns the path of `fctrace.ko`.
+/// The selftests' module (traced into by the selftests), built next to its source; the
+/// initramfs carries `selftests/` whole, so the guest has it at
+/// `/selftests/modules/fct_testmod.ko`.
+pub fn testmod_path() -> PathBuf {
+    repo_root().join("selftests/modules/fct_testmod.ko")
+}
+
+/// Build the module and the selftests' module; returns the path of `fctrace.ko`.
 pub fn build(kdir: &Path) -> Result<PathBuf> {
-    let dir = module_dir();
+    let ko = kbuild(kdir, &ko_path())?;
+    kbuild(kdir, &testmod_path())?;
+    Ok(ko)
+}
+
+/// Build the module `ko` with Kbuild from the sources in its directory.
+fn kbuild(kdir: &Path, ko: &Path) -> Result<PathBuf> {
+    let dir = ko.parent().ok_or("no module directory")?;
     if !dir.join("Kbuild").exists() && !dir.join("Makefile").exists() {
         bail!(
             "{} has neither Kbuild nor Makefile: module source not present yet",
@@ -34,7 +49,7 @@ pub fn build(kdir: &Path) -> Result<PathBuf> {
         );
     }
     let m = format!("M={}", dir.display());
-    let ko = ko_path();
+    let ko = ko.to_path_buf();
     let before = std::fs::metadata(&ko).and_then(|m| m.modified()).ok();
     // CLIPPY=1: Kbuild compiles the Rust code with clippy-driver and the kernel's lint
     // set (SAFETY comments on every unsafe block, ...); any Rust warning fails the build.

@@ -209,6 +209,37 @@ pub fn spec(btf: &Btf<'_>, f: &Type<'_>) -> u32 {
     SPEC_KNOWN | regs as u32 | strings << 8
 }
 
+/// A symbol name as `sprint_symbol_no_offset()` writes it, split into the function and
+/// its module: `vfs_read` is vmlinux's (`None`), `ext4_sync_file [ext4]` is module
+/// `ext4`'s. A module name that could not be a file name under `/sys/kernel/btf` (empty,
+/// `vmlinux`, 56 bytes or more, other than letters, digits, `_` and `-`) gives `None` for
+/// the module and the whole name for the function, which no BTF then knows.
+pub fn split_module(sym: &str) -> (&str, Option<&str>) {
+    // Bytes and `get`, not `str::find` and indexing: no panicking path in the module.
+    let b = sym.as_bytes();
+    let Some(open) = b.iter().rposition(|&c| c == b'[') else {
+        return (sym, None);
+    };
+    let (Some(func), Some(m)) = (
+        open.checked_sub(1).and_then(|sp| sym.get(..sp)),
+        sym.get(open + 1..b.len().saturating_sub(1)),
+    ) else {
+        return (sym, None);
+    };
+    let ok = b.last() == Some(&b']')
+        && b.get(open.wrapping_sub(1)) == Some(&b' ')
+        && !m.is_empty()
+        && m.len() < 56
+        && m != "vmlinux"
+        && m.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
+    if ok {
+        (func, Some(m))
+    } else {
+        (sym, None)
+    }
+}
+
 /// How values are written.
 #[derive(Clone, Copy)]
 pub struct ValueOpts {
@@ -654,6 +685,37 @@ pub fn pending_take(slots: &mut [PendingArgs], r: &Record) -> Option<ArgArea> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn module_of_a_symbol() {
+        assert_eq!(split_module("vfs_read"), ("vfs_read", None));
+        assert_eq!(
+            split_module("ext4_sync_file [ext4]"),
+            ("ext4_sync_file", Some("ext4"))
+        );
+        assert_eq!(
+            split_module("fct_testmod_lookup [fct_testmod]"),
+            ("fct_testmod_lookup", Some("fct_testmod"))
+        );
+        // Not a module any file under /sys/kernel/btf could be.
+        for s in [
+            "f [../x]",
+            "f []",
+            "f [vmlinux]",
+            "f [a/b]",
+            "f[m]",
+            "[m]",
+            "f [m",
+            "f m]",
+        ] {
+            assert_eq!(split_module(s), (s, None), "{s}");
+        }
+        let mut buf = [b'm'; 60];
+        buf[..3].copy_from_slice(b"f [");
+        buf[59] = b']';
+        let long = core::str::from_utf8(&buf).unwrap();
+        assert_eq!(split_module(long), (long, None));
+    }
 
     #[test]
     fn area_slots_round_trip() {

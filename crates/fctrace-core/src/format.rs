@@ -288,7 +288,7 @@ pub fn write_record_with(
             w.write_str("}")?;
             if n > 0 {
                 // Name the function being closed so the note can be read on its own.
-                head = Some(name);
+                head = Some(crate::args::split_module(name).0);
             }
         }
         Some(Kind::Args) | None => write!(w, "?? kind {}", r.kind)?,
@@ -304,13 +304,20 @@ pub fn write_record_with(
 
 /// Writes `name(...)`: with the arguments `typed` has, else `()`.
 fn write_name(w: &mut impl Write, name: &str, typed: Option<&dyn Typed>) -> fmt::Result {
-    w.write_str(name)?;
+    // A module's function (`name [module]`, as kallsyms names it): the module after the
+    // arguments, so that the call reads as one: `ext4_sync_file(...) [ext4] {`.
+    let (func, module) = crate::args::split_module(name);
+    w.write_str(func)?;
     match typed {
         Some(t) => {
             let mut adapter = Adapter(w);
-            t.write_args(&mut adapter)
+            t.write_args(&mut adapter)?
         }
-        None => w.write_str("()"),
+        None => w.write_str("()")?,
+    }
+    match module {
+        Some(m) => write!(w, " [{}]", m),
+        None => Ok(()),
     }
 }
 
@@ -381,6 +388,25 @@ mod tests {
             " 1)             cat-83 |        0.870 us  |    rw_verify_area();\n",
             " 1)             cat-83 |                 |    _raw_spin_lock(); /* indirect, not followed: atomic */\n",
             " 1)             cat-83 |        1.250 us  |    lookup_fast(); /* tail call, ret=-2 */\n",
+        );
+        assert_eq!(s, expected);
+    }
+
+    #[test]
+    fn module_function_lines() {
+        let mut s = String::new();
+        write_record(&mut s, &rec(Kind::Call, 0), "ext4_sync_file [ext4]", ALL).unwrap();
+        let mut ret = rec(Kind::Ret, 0);
+        ret.flags = F_RETVAL;
+        ret.retval = 0;
+        write_record(&mut s, &ret, "ext4_sync_file [ext4]", ALL).unwrap();
+        let mut leaf = rec(Kind::Leaf, 1);
+        leaf.flags = F_INDIRECT;
+        write_record(&mut s, &leaf, "fct_testmod_write [fct_testmod]", ALL).unwrap();
+        let expected = concat!(
+            " 1)             cat-83 |                 |  ext4_sync_file() [ext4] {\n",
+            " 1)             cat-83 |                 |  } /* ext4_sync_file ret=0x0 */\n",
+            " 1)             cat-83 |                 |    fct_testmod_write() [fct_testmod]; /* indirect */\n",
         );
         assert_eq!(s, expected);
     }
