@@ -219,7 +219,7 @@ impl Tracer {
     /// run from the single-step trap on the site, see `step.rs`).
     /// `via` is 0 in a breakpoint's handler, `FCTRACE_VIA_DIE` from the single-step trap.
     pub(super) fn on_site(&self, site: &SiteData, regs: &mut bindings::pt_regs, via: u32) -> c_int {
-        match self.site_call(site, regs, via, false) {
+        match self.site_call(site, regs, via, false, true) {
             SiteCall::Done(r) => r,
             SiteCall::Step => 0,
         }
@@ -230,13 +230,16 @@ impl Tracer {
     /// effect), for a direct call watched from its pre-site and post-site: a call
     /// followed opens its frame without making the call (the post-site closes it), and
     /// what needs the call made here (the arming trampoline, the lossless wait) answers
-    /// [`SiteCall::Step`]: the task steps to the site and comes back here.
+    /// [`SiteCall::Step`]: the task steps to the site and comes back here. `args_ok`:
+    /// the argument registers in `regs` are the call's (with `early`, the pre-site run may
+    /// compute one the handler cannot know: the call is then drawn without arguments).
     pub(super) fn site_call(
         &self,
         site: &SiteData,
         regs: &mut bindings::pt_regs,
         via: u32,
         early: bool,
+        args_ok: bool,
     ) -> SiteCall {
         use SiteCall::Done;
         let irqs = self.settings.option(OptionName::Irqs);
@@ -255,7 +258,11 @@ impl Tracer {
         if d.stack.suppressed(sp) {
             return Done(0);
         }
-        let rec = self.recorder_at(&cur, regs);
+        let rec = if args_ok {
+            self.recorder_at(&cur, regs)
+        } else {
+            self.recorder(&cur)
+        };
         // Frames opened below this stack pointer have returned without fctrace seeing it
         // (their return could not be hooked, or they left through a path that does not
         // return): close them before drawing this call.

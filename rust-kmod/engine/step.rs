@@ -132,6 +132,36 @@ impl emulate::Machine for PreSiteRegs<'_> {
     }
 }
 
+/// The registers the direct call at the end of `site`'s pre-site run will have, from
+/// the registers `regs` at the pre-site: the stack pointer (the program's target) and
+/// the argument registers the run computes or leaves alone (the others keep their
+/// pre-site values); and whether all six argument registers are known (the `args`
+/// option draws the call's arguments only then). `None` if the stack pointer is not
+/// known.
+fn at_call(site: &SiteData, regs: &bindings::pt_regs) -> Option<(bindings::pt_regs, bool)> {
+    let end = site.prog?.run(&PreSiteRegs(regs));
+    let sp = end.target?;
+    let mut at = *regs;
+    at.sp = sp as _;
+    at.ip = site.addr as _;
+    let mut all = true;
+    // (x86 register numbers: rdi 7, rsi 6, rdx 2, rcx 1, r8, r9.)
+    for (r, slot) in [
+        (7, &mut at.di),
+        (6, &mut at.si),
+        (2, &mut at.dx),
+        (1, &mut at.cx),
+        (8, &mut at.r8),
+        (9, &mut at.r9),
+    ] {
+        match end.reg(r) {
+            Some(v) => *slot = v as _,
+            None => all = false,
+        }
+    }
+    Some((at, all))
+}
+
 /// Whether `regs` were saved by an optimized probe's detour rather than by a breakpoint
 /// trap. The detour (`optprobe_template_func`, Linux 6.12) builds `pt_regs` on the probed
 /// stack right below its stack pointer, so they end exactly where the stack pointer
@@ -184,19 +214,15 @@ impl Tracer {
         // pointer the call will have (nothing in the run branches: the call follows).
         if site.leaf {
             let target = site.kind.direct_callee().unwrap_or(0);
-            if let (Some(sp), FuncState::Leaf(_)) = (
-                site.prog.and_then(|p| p.target(&PreSiteRegs(regs))),
-                self.table.lookup(target),
-            ) {
-                let mut at_site = *regs;
-                at_site.sp = sp as _;
-                at_site.ip = site.addr as _;
+            if let (Some((mut at_site, args_ok)), FuncState::Leaf(_)) =
+                (at_call(site, regs), self.table.lookup(target))
+            {
                 // (`d` is not used after this: the call-site handler takes the tree.)
                 // `early`: changes of the copy take no effect, so what needs the call made
                 // at the site (the lossless wait) answers Step: the task steps there.
                 // (Run as a call site's handler, the wait sent a copy of the registers to
                 // the trampoline: the task never went, and stayed counted in it.)
-                if let SiteCall::Done(_) = self.site_call(site, &mut at_site, via, true) {
+                if let SiteCall::Done(_) = self.site_call(site, &mut at_site, via, true, args_ok) {
                     return 0;
                 }
                 // SAFETY: as above; the call-site handler's reference to the tree has ended.
@@ -211,12 +237,9 @@ impl Tracer {
         // (its post-site closes it); only what needs the call made at the site (arming
         // the callee, the lossless wait) makes the task step there.
         let d = if site.post != 0 {
-            if let Some(sp) = site.prog.and_then(|p| p.target(&PreSiteRegs(regs))) {
-                let mut at_site = *regs;
-                at_site.sp = sp as _;
-                at_site.ip = site.addr as _;
+            if let Some((mut at_site, args_ok)) = at_call(site, regs) {
                 // (`d` is not used after this: the call-site handler takes the tree.)
-                if let SiteCall::Done(_) = self.site_call(site, &mut at_site, via, true) {
+                if let SiteCall::Done(_) = self.site_call(site, &mut at_site, via, true, args_ok) {
                     return 0;
                 }
             }

@@ -5,6 +5,7 @@
 # For each mode (none; fctrace; fctrace-nosched: fctrace with the scheduler hidden by the
 # filter '!__schedule', so it is never armed; fctrace-lean: that, and disarm_after 1, so
 # functions the traced task stopped entering are disarmed within about two seconds;
+# fctrace-args: fctrace with the args option, arguments and typed returns from BTF;
 # ftrace function_graph):
 #
 # Throughput, after a warm-up run, $REPS times: a busy process B reads /proc/version in
@@ -60,8 +61,9 @@ lost_now() {
 start_tracer() { # mode
     case $1 in
     fctrace*)
-        if [ $1 = fctrace ]; then echo > $F/filter; else echo '!__schedule' > $F/filter; fi
+        case $1 in fctrace | fctrace-args) echo > $F/filter ;; *) echo '!__schedule' > $F/filter ;; esac
         if [ $1 = fctrace-lean ]; then echo 1 > $F/disarm_after; else echo 30 > $F/disarm_after; fi
+        if [ $1 = fctrace-args ]; then echo args > $F/options; else echo noargs > $F/options; fi
         # Tracing stays on across the runs (a parked traced process), so what the
         # warm-up run arms stays armed: the steady state of a long trace.
         echo 16384 > $F/buffer_size_kb
@@ -86,6 +88,7 @@ stop_tracer() { # mode
         kill $PARK; wait $PARK 2>/dev/null
         echo > $F/set_pid
         echo > $F/filter
+        echo noargs > $F/options
         echo 30 > $F/disarm_after ;;
     ftrace)
         echo 0 > $T/tracing_on
@@ -152,14 +155,15 @@ complete() { # mode
     touch $FCT_GATE
     wait $B
     [ "$1" = ftrace ] && echo 0 > $T/tracing_on
-    awk '/[A-Za-z0-9_.]+\(\)( \{|;)/ { c++ } /\|  vfs_read\(\) \{/ { r++ } END { print c + 0, r + 0 }' \
+    # (with args: "f(ARGS) {", a module's "f(ARGS) [module] {")
+    awk '/[A-Za-z0-9_.]+\([^|]*\)( \[[A-Za-z0-9_-]+\])?( \{|;)/ { c++ } /\|  vfs_read\([^|]*\) \{/ { r++ } END { print c + 0, r + 0 }' \
         $file > /tmp/count
     read calls roots < /tmp/count
     echo "BENCHC mode=$1 calls=$calls roots=$roots lost=$(($(lost_now "$1") - l0))"
 }
 
 echo data > /tmp/stat.file
-for mode in none fctrace fctrace-nosched fctrace-lean ftrace; do
+for mode in none fctrace fctrace-nosched fctrace-lean fctrace-args ftrace; do
     start_tracer $mode
     run $mode 0 quiet   # warm-up: arming, caches
     r=1

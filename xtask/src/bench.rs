@@ -3,7 +3,8 @@
 //! `cargo xtask bench [--reps N] [--timeout SECS] [--smp N] [--mem MB]`: the overhead
 //! benchmark. Boots the guest with `scripts/guest/bench.sh`, which runs a busy process
 //! traced from `vfs_read` by fctrace, by fctrace with the scheduler hidden (filter
-//! `!__schedule`; "lean": and `disarm_after` 1), by ftrace's function_graph
+//! `!__schedule`; "lean": and `disarm_after` 1), by fctrace with the `args` option
+//! ("args": arguments and typed returns from BTF), by ftrace's function_graph
 //! (set_ftrace_pid), and by nothing, while
 //! untraced processes do the same small reads (the traced code), then a pipe ping-pong
 //! (other code, the same system call layer), then `stat()` calls (other code). Prints,
@@ -311,6 +312,7 @@ pub fn summarize(samples: &[Sample], complete: &[Complete]) -> Result<Vec<Row>> 
         "fctrace",
         "fctrace-nosched",
         "fctrace-lean",
+        "fctrace-args",
         "ftrace",
     ] {
         let s = of(m);
@@ -384,7 +386,11 @@ pub fn table(rows: &[Row]) -> String {
     );
     let _ = writeln!(
         t,
-        " disarm_after 1; per call: the traced task's added time per call shown, (traced task - 1) /"
+        " disarm_after 1; fctrace-args: fctrace with the args option (arguments and typed returns"
+    );
+    let _ = writeln!(
+        t,
+        " from BTF); per call: the traced task's added time per call shown, (traced task - 1) /"
     );
     let _ = writeln!(
         t,

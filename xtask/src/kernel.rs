@@ -5,7 +5,8 @@
 //! Layout (R = `${XDG_CACHE_HOME:-$HOME/.cache}/fctrace`):
 //! - `R/src/linux-source-6.12`: unpacked `/usr/src/linux-source-6.12.tar.xz`
 //! - `R/build-<version>-<key>`: out-of-tree build (`O=`), where key is the first
-//!   12 hex digits of the sha256 of the config fragment(s) (concatenated)
+//!   12 hex digits of the sha256 of the config fragment(s) (concatenated) and the
+//!   pahole version (`xtask/src/pahole.rs`, which makes the kernels' BTF)
 //! - `R/build-…/.fctrace-built`: stamp written after a successful build.
 //!
 //! A flavour is a list of fragments applied on top of `tinyconfig`: the default
@@ -75,13 +76,14 @@ pub fn set_profile(p: Profile) {
 }
 
 /// The toolchain arguments of `make` for the selected profile: `LLVM=1` for the default
-/// profile, none (GCC) for `distro`. The Rust code is built by rustc either way.
-pub fn toolchain_args() -> &'static [&'static str] {
-    if DISTRO.load(std::sync::atomic::Ordering::Relaxed) {
-        &[]
-    } else {
-        &["LLVM=1"]
+/// profile, none (GCC) for `distro`; the Rust code is built by rustc either way. Both
+/// make their BTF with the pahole of `xtask/src/pahole.rs`.
+pub fn toolchain_args() -> Vec<String> {
+    let mut a = vec![format!("PAHOLE={}", crate::pahole::path().display())];
+    if !DISTRO.load(std::sync::atomic::Ordering::Relaxed) {
+        a.push("LLVM=1".into());
     }
+    a
 }
 
 /// Selects the debug flavour for the rest of this xtask run.
@@ -110,7 +112,7 @@ pub fn kdir() -> Result<PathBuf> {
 pub fn build(fragments: &[PathBuf], force: bool) -> Result<PathBuf> {
     let src = ensure_source()?;
     let version = source_version(&src)?;
-    let key = fragment_key(fragments)?;
+    let key = build_key(fragments)?;
     let out = cache_root().join(format!("build-{version}-{key}"));
     let stamp = out.join(STAMP);
     let bzimage = out.join("arch/x86/boot/bzImage");
@@ -136,9 +138,10 @@ pub fn build(fragments: &[PathBuf], force: bool) -> Result<PathBuf> {
     let _ = fs::remove_file(&stamp);
 
     let o = format!("O={}", out.display());
+    let tools = toolchain_args();
     let make_args: Vec<&str> = [o.as_str(), "ARCH=x86_64"]
         .into_iter()
-        .chain(toolchain_args().iter().copied())
+        .chain(tools.iter().map(String::as_str))
         .collect();
     let make = |targets: &[&str]| {
         duct::cmd("make", make_args.iter().chain(targets))
@@ -245,13 +248,22 @@ pub fn source_version(src: &Path) -> Result<String> {
     ))
 }
 
-/// First 12 hex digits of sha256 over the fragments' concatenated contents
-/// (for a single fragment: the sha256 of that file).
-pub fn fragment_key(fragments: &[PathBuf]) -> Result<String> {
+/// The build directory's key: [`key_of`] the fragments and the pahole version (the
+/// kernels' BTF depends on it).
+pub fn build_key(fragments: &[PathBuf]) -> Result<String> {
+    key_of(
+        fragments,
+        format!("# pahole {}\n", crate::pahole::VERSION).as_bytes(),
+    )
+}
+
+/// First 12 hex digits of sha256 over the fragments' concatenated contents and `extra`.
+fn key_of(fragments: &[PathBuf], extra: &[u8]) -> Result<String> {
     let mut data = Vec::new();
     for f in fragments {
         data.extend(fs::read(f).map_err(|e| format!("{}: {e}", f.display()))?);
     }
+    data.extend_from_slice(extra);
     let hex = duct::cmd!("sha256sum")
         .stdin_bytes(data)
         .read()
@@ -334,12 +346,12 @@ mod tests {
     }
 
     #[test]
-    fn fragment_key_is_the_sha256_prefix() {
+    fn key_is_the_sha256_prefix() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (dir.path().join("a"), dir.path().join("b"));
         fs::write(&a, "ab").unwrap();
         fs::write(&b, "c").unwrap();
         // sha256("abc")
-        assert_eq!(fragment_key(&[a, b]).unwrap(), "ba7816bf8f01");
+        assert_eq!(key_of(&[a, b], b"").unwrap(), "ba7816bf8f01");
     }
 }

@@ -18,6 +18,7 @@ mod icount;
 mod initramfs;
 mod kernel;
 mod module;
+mod pahole;
 mod scan;
 mod setup;
 mod test;

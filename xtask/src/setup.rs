@@ -27,8 +27,11 @@ pub const APT_PACKAGES: &[&str] = &[
     "xz-utils",
     "gzip",
     "binutils",
-    // pahole, for the BTF of the distro profile's kernel (CONFIG_DEBUG_INFO_BTF)
-    "dwarves",
+    // pahole 1.30 for the kernels' BTF (CONFIG_DEBUG_INFO_BTF) comes from Debian 13
+    // (xtask/src/pahole.rs): fetched with curl, checked with gpgv and Debian's keyring
+    "curl",
+    "gpgv",
+    "debian-archive-keyring",
     // mkfs.ext4, for the guests' scratch disk (an ext4 file system on virtio-blk)
     "e2fsprogs",
     // static test workloads (selftests/workloads/*.c)
@@ -110,6 +113,8 @@ pub fn ensure() -> Result<()> {
         .before_spawn(echo)
         .run()?;
     }
+
+    did |= crate::pahole::ensure()?;
 
     if did {
         note("setup: done");

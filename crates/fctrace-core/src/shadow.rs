@@ -44,8 +44,11 @@ pub struct Frame {
     pub entry: u32,
     /// The stack pointer at the function's entry.
     pub entry_sp: u64,
-    /// When it was called.
+    /// When it was called (its call record's time, which also pairs it with its
+    /// argument record).
     pub ts: u64,
+    /// Time left out of its duration (fctrace arming while it was open).
+    pub excluded: u64,
     /// The call site (or jump) and the record flags of its call (`F_TAIL`, `F_INDIRECT`),
     /// for its call record.
     pub site: u64,
@@ -63,6 +66,7 @@ impl Frame {
         entry: NO_ENTRY,
         entry_sp: 0,
         ts: 0,
+        excluded: 0,
         site: 0,
         flags: 0,
         ends_in_leaf: false,
@@ -123,7 +127,7 @@ fn record(kind: Kind, depth: usize, reason: Reason, flags: u8, func: u64, site: 
 /// frame's duration.
 fn ret_record(f: &Frame, depth: usize, reason: Reason, flags: u8, site: u64, now: u64) -> Record {
     let mut r = record(Kind::Ret, depth, reason, flags, f.func, site);
-    r.dur = now.saturating_sub(f.ts);
+    r.dur = now.saturating_sub(f.ts).saturating_sub(f.excluded);
     r.ts = now;
     r
 }
@@ -282,6 +286,7 @@ impl ShadowStack {
             entry,
             entry_sp,
             ts,
+            excluded: 0,
             site,
             flags,
             ends_in_leaf: thunk,
@@ -416,11 +421,12 @@ impl ShadowStack {
     }
 
     /// Leaves `ns` out of the durations of the open frames (time fctrace spent arming, not
-    /// the traced functions').
+    /// the traced functions'). Their calls' time stamps stay: a call record written later
+    /// still pairs with its argument record, stamped at the call.
     pub fn exclude_time(&mut self, ns: u64) {
         let depth = self.depth;
         for f in self.frames.iter_mut().take(depth) {
-            f.ts = f.ts.saturating_add(ns);
+            f.excluded = f.excluded.saturating_add(ns);
         }
     }
 }
@@ -974,7 +980,21 @@ mod tests {
         st.exclude_time(30);
         s.at(200);
         st.close_exiting(&s);
-        assert_eq!(s.take()[1].dur, 70);
+        let recs = s.take();
+        assert_eq!(recs[1].dur, 70);
+        // The call record, written late, keeps the call's time (its argument record's).
+        assert_eq!((recs[0].kind, recs[0].ts), (Kind::Call as u8, 100));
+        // A whole record (a call that returned with nothing inside) likewise.
+        s.at(300);
+        assert!(st.open(&s, 0x10, 0, 0, 0x1000, false));
+        st.exclude_time(40);
+        s.at(400);
+        st.close_returning(&s, 0x1000, 0xb000, 0, false);
+        let recs = s.take();
+        assert_eq!(
+            (recs[0].kind, recs[0].ts, recs[0].dur),
+            (Kind::Whole as u8, 300, 60)
+        );
     }
 
     #[test]

@@ -213,6 +213,14 @@ impl Program {
     /// The address the call will go to when the run starts with machine state `m`, or
     /// `None` when it depends on a value the program does not compute or a read fails.
     pub fn target<M: Machine>(&self, m: &M) -> Option<u64> {
+        self.run(m).target
+    }
+
+    /// The registers at the end of the run (at the call site) when it starts with
+    /// machine state `m`, and the target. A register is known when the run leaves it
+    /// alone or computes it from known values (and loads that do not fail); the others
+    /// are unknown, as is a target that depends on one.
+    pub fn run<M: Machine>(&self, m: &M) -> End {
         let mut regs = [0u64; 16];
         for (r, v) in (0u8..).zip(regs.iter_mut()) {
             *v = m.reg(r);
@@ -251,6 +259,7 @@ impl Program {
         };
         for op in self.ops() {
             let done = stores.get(..ns).unwrap_or(&[]);
+            // The destination and its value (`None`: not computed, unknown from here).
             let (dst, val) = match *op {
                 Op::Mov {
                     dst,
@@ -260,7 +269,7 @@ impl Program {
                     wide,
                 } => (
                     dst,
-                    width(extend(get(&regs, known, src)?, bits, signed), wide),
+                    get(&regs, known, src).map(|v| width(extend(v, bits, signed), wide)),
                 ),
                 Op::Load {
                     dst,
@@ -268,25 +277,26 @@ impl Program {
                     size,
                     signed,
                     wide,
-                } => {
-                    let at = clear(done, store_unknown, addr(&regs, known, &a)?, size)?;
-                    let v = m.load(at, size)?;
-                    (dst, width(extend(v, size.wrapping_mul(8), signed), wide))
+                } => (
+                    dst,
+                    addr(&regs, known, &a)
+                        .and_then(|at| clear(done, store_unknown, at, size))
+                        .and_then(|at| m.load(at, size))
+                        .map(|v| width(extend(v, size.wrapping_mul(8), signed), wide)),
+                ),
+                Op::Lea { dst, addr: a, wide } => {
+                    (dst, addr(&regs, known, &a).map(|v| width(v, wide)))
                 }
-                Op::Lea { dst, addr: a, wide } => (dst, width(addr(&regs, known, &a)?, wide)),
                 Op::Alu { dst, op, src, wide } => {
-                    let a = get(&regs, known, dst)?;
                     let b = match src {
-                        Src::Reg(r) => get(&regs, known, r)?,
-                        Src::Imm(i) => i,
+                        Src::Reg(r) => get(&regs, known, r),
+                        Src::Imm(i) => Some(i),
                     };
-                    (dst, alu(op, a, b, wide))
+                    let a = get(&regs, known, dst);
+                    (dst, a.zip(b).map(|(a, b)| alu(op, a, b, wide)))
                 }
-                Op::Imm { dst, val } => (dst, val),
-                Op::Clobber(r) => {
-                    known &= !(1u16 << (r & 15));
-                    continue;
-                }
+                Op::Imm { dst, val } => (dst, Some(val)),
+                Op::Clobber(r) => (r, None),
                 Op::Store(a) => {
                     match (addr(&regs, known, &a), stores.get_mut(ns)) {
                         (Some(at), Some(slot)) => {
@@ -298,16 +308,47 @@ impl Program {
                     continue;
                 }
             };
-            if let Some(slot) = regs.get_mut(usize::from(dst)) {
-                *slot = val;
+            match val {
+                Some(v) => {
+                    if let Some(slot) = regs.get_mut(usize::from(dst)) {
+                        *slot = v;
+                    }
+                    known |= 1u16 << (dst & 15);
+                }
+                None => known &= !(1u16 << (dst & 15)),
             }
-            known |= 1u16 << (dst & 15);
         }
         let done = stores.get(..ns).unwrap_or(&[]);
-        match self.fin {
+        let target = match self.fin {
             Final::Reg(r) => get(&regs, known, r),
-            Final::Mem(a) => m.load(clear(done, store_unknown, addr(&regs, known, &a)?, 8)?, 8),
+            Final::Mem(a) => addr(&regs, known, &a)
+                .and_then(|at| clear(done, store_unknown, at, 8))
+                .and_then(|at| m.load(at, 8)),
+        };
+        End {
+            regs,
+            known,
+            target,
         }
+    }
+}
+
+/// The state at the end of a pre-site run ([`Program::run`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct End {
+    regs: [u64; 16],
+    known: u16,
+    /// Where the call goes, if known.
+    pub target: Option<u64>,
+}
+
+impl End {
+    /// Register `r`'s value at the call site, if known.
+    pub fn reg(&self, r: Reg) -> Option<u64> {
+        if self.known & (1u16 << (r & 15)) == 0 {
+            return None;
+        }
+        self.regs.get(usize::from(r)).copied()
     }
 }
 

@@ -62,7 +62,11 @@ fn gpr(r: Register) -> Option<(u8, u8)> {
 /// The reference: runs `insns` with iced's view of them, on `m`'s registers and a
 /// memory that holds [`mem_value`] except where the run wrote (unknown there). Returns
 /// the target (None: unknown).
-fn reference(insns: &[Instruction], fin: &Instruction, m: &M) -> Option<u64> {
+/// The registers at the end of the run as the reference computes them (`None`: not
+/// computed), and the target; `None` when it cannot follow the run at all.
+type RefEnd = ([Option<u64>; 16], Option<u64>);
+
+fn reference(insns: &[Instruction], fin: &Instruction, m: &M) -> Option<RefEnd> {
     let mut regs: [Option<u64>; 16] = m.regs.map(Some);
     // Ranges the run wrote; `None` once a write's address was not known.
     let mut written: Option<Vec<(u64, u64)>> = Some(Vec::new());
@@ -268,11 +272,12 @@ fn reference(insns: &[Instruction], fin: &Instruction, m: &M) -> Option<u64> {
         }
     }
     // The call or jump.
-    match fin.op0_kind() {
-        OpKind::Register => regs[gpr(fin.op0_register())?.0 as usize],
-        OpKind::Memory => read(&written, addr_of(&regs, fin)?, 8),
+    let target = match fin.op0_kind() {
+        OpKind::Register => gpr(fin.op0_register()).and_then(|(n, _)| regs[n as usize]),
+        OpKind::Memory => addr_of(&regs, fin).and_then(|a| read(&written, a, 8)),
         _ => None,
-    }
+    };
+    Some((regs, target))
 }
 
 #[test]
@@ -390,9 +395,28 @@ fn check(path: &Path) {
                     regs = [regs[0] & !0xfff; 16];
                 }
                 let m = M { regs };
-                let got = prog.target(&m);
+                let end = prog.run(&m);
+                let got = end.target;
+                assert_eq!(got, prog.target(&m));
                 evals += 1;
-                let want = reference(&iced_run, &fin_ins, &m);
+                let want_end = reference(&iced_run, &fin_ins, &m);
+                let want = want_end.and_then(|(_, t)| t);
+                // Every register the program computes at the call site (the call's
+                // arguments, for the `args` option) is what the reference computes.
+                if let Some((want_regs, _)) = want_end {
+                    for (r, w) in (0u8..).zip(want_regs.iter()) {
+                        if let (Some(g), Some(w)) = (end.reg(r), *w) {
+                            if g != w {
+                                failures.push(format!(
+                                    "{}+{p:#x}: register {r} at the site {g:#x}, iced says \
+                                     {w:#x}: {}",
+                                    f.name,
+                                    common::disasm(run, run_ip)
+                                ));
+                            }
+                        }
+                    }
+                }
                 if got.is_some() && got != want {
                     failures.push(format!(
                         "{}+{p:#x}: target {got:x?}, iced says {want:x?}: {} ({:?})",
