@@ -528,19 +528,22 @@ fn write_value(
             Some(n) => w.write_str(n),
             None => write!(w, "{}", sized(v, u32::from(size), signed) as i64),
         },
-        Class::Aggregate { id, .. } => {
-            let t = btf.get(id).ok();
+        Class::Aggregate { id: agg, .. } => {
+            let t = btf.get(agg).ok();
             let what = match t.map(|t| t.kind) {
                 Some(Kind::Union) => "union",
                 _ => "struct",
             };
             let tname = t.map_or("", |t| btf.type_name(&t));
-            write!(
-                w,
-                "({} {})[",
-                what,
-                if tname.is_empty() { "(anon)" } else { tname }
-            )?;
+            if tname.is_empty() {
+                // An anonymous one is known by its typedef (`kuid_t`), if it has one.
+                match typedef_name(btf, id) {
+                    Some(td) => write!(w, "({})[", td)?,
+                    None => write!(w, "({} (anon))[", what)?,
+                }
+            } else {
+                write!(w, "({} {})[", what, tname)?;
+            }
             for (i, r) in regs.iter().enumerate() {
                 if i > 0 {
                     w.write_char(':')?;
@@ -551,6 +554,20 @@ fn write_value(
         }
         Class::Void | Class::Float { .. } | Class::Other => write!(w, "?{:#x}", v),
     }
+}
+
+/// The name of the first typedef on the way from type `id` to what it is (through
+/// modifiers), if any.
+fn typedef_name<'a>(btf: &Btf<'a>, mut id: u32) -> Option<&'a str> {
+    for _ in 0..8 {
+        let t = btf.get(id).ok()?;
+        match t.kind {
+            Kind::Typedef => return Some(btf.type_name(&t)).filter(|n| !n.is_empty()),
+            Kind::Const | Kind::Volatile | Kind::Restrict | Kind::TypeTag => id = t.type_id(),
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// Writes `(name=value, ...)` for a call of `f` (a BTF `Func`) with arguments `a`.

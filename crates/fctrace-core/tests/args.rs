@@ -155,6 +155,20 @@ fn booleans_enums_flags_and_missing_registers() {
 }
 
 #[test]
+fn anonymous_structures_by_their_typedef() {
+    with_vmlinux(|btf| {
+        // vfsuid_t make_vfsuid(struct mnt_idmap *, struct user_namespace *, kuid_t kuid):
+        // kuid_t and vfsuid_t are typedefs of anonymous structures, passed in registers.
+        let s = call(btf, "make_vfsuid", &area(&[0x10, 0x20, 1000]), RAW);
+        assert_eq!(
+            s,
+            "make_vfsuid(idmap=0x10, fs_userns=0x20, kuid=(kuid_t)[0x3e8])"
+        );
+        assert_eq!(ret(btf, "make_vfsuid", 1000), "ret=(vfsuid_t)[0x3e8]");
+    });
+}
+
+#[test]
 fn typed_returns() {
     with_vmlinux(|btf| {
         // int: errno by name
