@@ -4,6 +4,14 @@
 
 usage: bpftool btf dump file vmlinux.btf format raw | scripts/btf-fixture.py > funcs.txt
 
+A module's split BTF: its dump after the base's, and the id of its first type:
+
+    (bpftool btf dump file vmlinux.btf format raw;
+     bpftool btf dump file mod.btf -B vmlinux.btf format raw) |
+        scripts/btf-fixture.py --split FIRST_ID > mod-funcs.txt
+
+(then the counts and the functions are the module's own, all of them).
+
 bpftool decodes BTF on its own (libbpf); this turns its raw dump into one line per
 function, the way crates/fctrace-core/src/btf.rs's `signature()` writes it:
 
@@ -86,9 +94,14 @@ def signature(tid):
     return "%s(%s) -> %s" % (f["name"], ", ".join(ps), tname(int(proto["attrs"]["ret_type_id"])))
 
 
-funcs = sorted((t["name"], tid) for tid, t in types.items() if t["kind"] == "FUNC")
-print("# types %d functions %d" % (len(types), len(funcs)))
-chosen = set(funcs[::80])
-chosen |= {(n, tid) for n, tid in funcs if n in NAMED}
+first = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[1] == "--split" else 0
+own = {tid: t for tid, t in types.items() if tid >= first}
+funcs = sorted((t["name"], tid) for tid, t in own.items() if t["kind"] == "FUNC")
+print("# types %d functions %d" % (len(own), len(funcs)))
+if first:
+    chosen = set(funcs)
+else:
+    chosen = set(funcs[::80])
+    chosen |= {(n, tid) for n, tid in funcs if n in NAMED}
 for n, tid in sorted(chosen):
     print("%d %s" % (tid, signature(tid)))

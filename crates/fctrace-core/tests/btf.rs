@@ -260,3 +260,71 @@ fn split_btf_continues_the_base() {
     // vmlinux's types are reachable through the module's
     assert_eq!(m.get(file.id).unwrap().kind, Kind::Func);
 }
+
+/// A real module's split BTF (the selftests' fct_testmod.ko, built against the same
+/// distro kernel): every function's signature agrees with bpftool's decoding of it on
+/// that base, and the `args` option writes a call of it with its string and its enum.
+#[test]
+fn a_modules_split_btf() {
+    let data = vmlinux_btf();
+    let raw = Raw::parse(&data).unwrap();
+    let offs = index(&raw);
+    let base = Btf::new(raw, &offs, None);
+    let mdata = include_bytes!("data/distro-6.12.117-fct_testmod.btf");
+    let mraw = Raw::parse(mdata).unwrap();
+    let moffs = index(&mraw);
+    let m = Btf::new(mraw, &moffs, Some(&base));
+    let expected = include_str!("data/distro-6.12.117-fct_testmod-funcs.txt");
+    let mut lines = expected.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        format!("# types {} functions {}", m.ids().len(), m.func_count())
+    );
+    let mut fidx = vec![0u32; m.func_count()];
+    assert_eq!(m.func_index(&mut fidx), fidx.len());
+    let mut checked = 0;
+    for line in lines {
+        let (id, want) = line.split_once(' ').unwrap();
+        let name = &want[..want.find('(').unwrap()];
+        let f = m.find_func_in(&fidx, name).unwrap();
+        assert_eq!(f.id, id.parse::<u32>().unwrap());
+        let mut got = String::new();
+        m.write_signature(&mut got, &f).unwrap();
+        assert_eq!(got, want);
+        checked += 1;
+    }
+    assert_eq!(checked, 4);
+    // Not in the module's BTF: vmlinux's functions are the base's.
+    assert!(m.find_func_in(&fidx, "vfs_read").is_none());
+    // int fct_testmod_lookup(const char *name, unsigned int len, enum fct_testmod_match how)
+    let f = m.find_func_in(&fidx, "fct_testmod_lookup").unwrap();
+    let spec = fctrace_core::args::spec(&m, &f);
+    assert_eq!(fctrace_core::args::spec_regs(spec), 3);
+    assert_eq!(fctrace_core::args::spec_strings(spec), 0b1);
+    let mut a = fctrace_core::args::ArgArea::EMPTY;
+    a.regs[..3].copy_from_slice(&[0xffff_c900_0001_0000, 7, 1]);
+    a.nregs = 3;
+    a.str_reg[0] = 0;
+    a.str_len[0] = 7;
+    a.strs[0][..7].copy_from_slice(b"fctrace");
+    let mut s = String::new();
+    fctrace_core::args::write_args(
+        &mut s,
+        &m,
+        &f,
+        &a,
+        fctrace_core::args::ValueOpts { ptr_hash: None },
+    )
+    .unwrap();
+    assert_eq!(s, "(name=\"fctrace\", len=7, how=FCT_TESTMOD_PREFIX)");
+    let mut r = String::new();
+    fctrace_core::args::write_ret(
+        &mut r,
+        &m,
+        &f,
+        (-2i64) as u64,
+        fctrace_core::args::ValueOpts { ptr_hash: None },
+    )
+    .unwrap();
+    assert_eq!(r, "ret=-2 (ENOENT)");
+}
