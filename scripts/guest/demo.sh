@@ -79,6 +79,13 @@ echo
 echo "The first 80 lines:"
 run "head -n 80 /tmp/trace2"
 
+# The whole trace for the host: `cargo xtask demo` cuts it out of the console,
+# between these markers, into target/fctrace/demo.trace, and makes a flamegraph
+# and a Chrome trace-event file of it with fctrace-report.
+echo "FCTRACE-TRACE-BEGIN"
+cat /tmp/trace2
+echo "FCTRACE-TRACE-END"
+
 say "=== Counters"
 echo "The process has exited, so every probe was removed (probes_armed: 0)."
 run "cat stats"
