@@ -10,8 +10,11 @@
 //! between calls (the parent's own work, the gaps between top-level calls) are unknown
 //! and shown at the end of the parent, or not at all; only the durations are real. A
 //! slice is as long as the call's duration, or as its children together if they are
-//! longer (a frame never closed has no duration of its own); a call without a duration
-//! (not followed) is 1 ns long, so that it nests where it belongs.
+//! longer (a frame never closed has no duration of its own; where a frame's duration is
+//! shorter than its children's, the trace is inconsistent and the slice's `fctrace`
+//! arguments give the duration and the excess); a call without a duration (not
+//! followed) is 1 ns long, so that it nests where it belongs. A frame whose opening
+//! line was lost is a slice too: named by its `}` (`opening lost`), or `[unknown]`.
 //!
 //! One `pid` (1) stands for the trace, one `tid` for each thread (named `COMM-TID` by a
 //! `thread_name` metadata event). A slice's `args` hold the call's arguments by name,
@@ -120,7 +123,7 @@ fn for_each_event(
             .filter_map(|&c| len.get(c))
             .fold(0u64, |a, &b| a.saturating_add(b));
         let own = match n.kind {
-            NodeKind::Call => n.duration_ns.unwrap_or(0),
+            NodeKind::Call | NodeKind::Unknown => n.duration_ns.unwrap_or(0),
             NodeKind::Interrupt => 0,
         };
         if let Some(l) = len.get_mut(id) {
@@ -230,16 +233,25 @@ fn for_each_event(
             if n.lost_inside {
                 meta.insert("events lost inside".into(), json!(true));
             }
+            if n.opening_lost {
+                meta.insert("opening lost".into(), json!(true));
+            }
+            if n.overrun_ns > 0 {
+                // The slice is as long as its children, longer than the call's duration.
+                meta.insert("duration ns".into(), json!(n.total_ns));
+                meta.insert("calls inside longer by ns".into(), json!(n.overrun_ns));
+            }
             args.insert("fctrace".into(), Value::Object(meta));
             f(TraceEvent {
                 name: match n.kind {
-                    NodeKind::Call => n.label(),
+                    NodeKind::Call | NodeKind::Unknown => n.label(),
                     NodeKind::Interrupt => n.name.clone(),
                 },
                 cat: Some(
                     match n.kind {
                         NodeKind::Call => "call",
                         NodeKind::Interrupt => "interrupt",
+                        NodeKind::Unknown => "unknown",
                     }
                     .into(),
                 ),

@@ -216,6 +216,18 @@ fn only_functions(x: &[FuncStats], y: &HashMap<&str, &FuncStats>) -> Vec<OnlyFun
     v
 }
 
+/// Error returns counted by errno, however they were printed.
+fn by_errno(returns: &BTreeMap<String, u64>) -> BTreeMap<i64, u64> {
+    let mut m = BTreeMap::new();
+    for (ret, n) in returns {
+        if let Some(e) = stats::errno_of(ret) {
+            let c: &mut u64 = m.entry(e).or_default();
+            *c = c.saturating_add(*n);
+        }
+    }
+    m
+}
+
 /// Compares traces `a` and `b` (named `source_a`, `source_b`).
 pub fn diff(a: &Trace, source_a: &str, b: &Trace, source_b: &str) -> Diff {
     let sa = stats::compute(a);
@@ -258,7 +270,8 @@ pub fn diff(a: &Trace, source_a: &str, b: &Trace, source_b: &str) -> Diff {
         }
         let x = ia.get(s.function.as_str()).copied().unwrap_or(&empty);
         let y = ib.get(s.function.as_str()).copied().unwrap_or(&empty);
-        if x.error_returns != y.error_returns {
+        // By errno: a typed return (`-25 (ENOTTY)`) is the same as a raw one (`-25`).
+        if by_errno(&x.error_returns) != by_errno(&y.error_returns) {
             error_returns.push(OutcomeChange {
                 function: s.function.clone(),
                 a: x.error_returns.clone(),

@@ -39,9 +39,17 @@ pub struct GraphNode {
     /// Frames never closed.
     #[serde(skip_serializing_if = "is_zero")]
     pub incomplete: u64,
-    /// Frames open while events were lost on their CPU (their subtree may lack calls).
+    /// Frames open while events of their thread may have been lost (their subtree may
+    /// lack calls).
     #[serde(skip_serializing_if = "is_zero")]
     pub lost_inside: u64,
+    /// Frames whose opening line was lost (rebuilt from their `}`, or `[unknown]`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub opening_lost: u64,
+    /// How much the calls inside these frames add up to more than their durations
+    /// (inconsistent durations; see [`crate::tree::Node::overrun_ns`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub overrun_ns: u64,
     /// The children, in order of first appearance.
     #[serde(skip)]
     pub children: Vec<GraphId>,
@@ -127,6 +135,10 @@ impl Graph {
                 if n.lost_inside {
                     gn.lost_inside += 1;
                 }
+                if n.opening_lost {
+                    gn.opening_lost += 1;
+                }
+                gn.overrun_ns = gn.overrun_ns.saturating_add(n.overrun_ns);
             }
             stack.extend(n.children.iter().rev().map(|&c| (c, g)));
         }
@@ -309,12 +321,27 @@ pub fn write_graph(w: &mut dyn Write, g: &Graph, max_depth: Option<usize>) -> io
         if n.lost_inside > 0 {
             function += &format!("  [events lost inside: {}]", n.lost_inside);
         }
+        if n.opening_lost > 0 && !n.synthetic {
+            function += &format!("  [opening lost: {}]", n.opening_lost);
+        }
+        if n.overrun_ns > 0 {
+            function += &format!(
+                "  [calls inside longer by {}]",
+                time(n.overrun_ns).trim_start()
+            );
+        }
         let deeper = max_depth.is_none_or(|m| n.depth < m);
         if !deeper && !n.children.is_empty() {
             function += "  ...";
         }
+        // A synthetic level has no calls; only an `[unknown]` frame has a time of its own.
         let (self_time, calls) = if n.synthetic {
-            ("-".to_string(), "-".to_string())
+            let own = if n.self_ns > 0 {
+                time(n.self_ns)
+            } else {
+                "-".to_string()
+            };
+            (own, "-".to_string())
         } else {
             (time(n.self_ns), n.calls.to_string())
         };

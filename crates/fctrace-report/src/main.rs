@@ -36,8 +36,9 @@ struct LoadArgs {
     /// Leave interrupt trees (`==========> irq` ... `<========== irq`) out.
     #[arg(long, global = true)]
     no_irqs: bool,
-    /// Also print the anomalies met (unmatched `}`, frames never closed, skipped
-    /// lines) on standard error, with line numbers.
+    /// Also print the anomalies met (frames rebuilt from a `}` whose opening was lost,
+    /// frames never closed, durations that do not add up, skipped lines) on standard
+    /// error, with line numbers.
     #[arg(short, long, global = true)]
     verbose: bool,
 }
@@ -234,6 +235,20 @@ fn load(path: &Path, args: &LoadArgs) -> Result<Trace> {
             name(path),
             skipped.len(),
             first
+        )?;
+    }
+    let sm = &trace.summary;
+    if sm.overrun_frames > 0 && !args.verbose {
+        // Said even without -v: the times do not add up there.
+        writeln!(
+            err,
+            "fctrace-report: {}: inconsistent durations: in {} frame(s), the calls inside \
+             add up to more than the frame's own duration ({} in all; events lost or \
+             matched wrongly): their self time counts 0, and the folded stacks add up to \
+             that much more than the top-level calls (-v: where)",
+            name(path),
+            sm.overrun_frames,
+            fctrace_report::table::time(sm.overrun_ns).trim()
         )?;
     }
     if args.verbose {

@@ -34,6 +34,11 @@ pub struct FuncStats {
     pub not_followed_reasons: BTreeMap<String, u64>,
     /// Frames never closed (their time is unknown and counts 0).
     pub incomplete: u64,
+    /// Calls whose opening line was lost, rebuilt from their `}` (counted in `calls`).
+    pub opening_lost: u64,
+    /// Calls whose children's times add up to more than their own duration (the trace
+    /// is inconsistent there: their self time counts 0).
+    pub overrun: u64,
     /// Returns of a negative errno (`-2 (ENOENT)`), with counts.
     pub error_returns: BTreeMap<String, u64>,
 }
@@ -83,6 +88,12 @@ pub fn compute(trace: &Trace) -> Vec<FuncStats> {
         }
         if n.end == End::Incomplete {
             s.incomplete += 1;
+        }
+        if n.opening_lost {
+            s.opening_lost += 1;
+        }
+        if n.overrun_ns > 0 {
+            s.overrun += 1;
         }
         if let Some(ret) = n.ret().filter(|r| errno_of(r).is_some()) {
             *s.error_returns.entry(ret.to_string()).or_default() += 1;
@@ -200,6 +211,12 @@ pub fn write_table(w: &mut dyn Write, stats: &[FuncStats]) -> io::Result<()> {
         }
         if s.incomplete > 0 {
             function += &format!("  [incomplete: {}]", s.incomplete);
+        }
+        if s.opening_lost > 0 {
+            function += &format!("  [opening lost: {}]", s.opening_lost);
+        }
+        if s.overrun > 0 {
+            function += &format!("  [shorter than the calls inside: {}]", s.overrun);
         }
         t.row(vec![
             time(s.total_ns),

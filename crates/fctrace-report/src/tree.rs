@@ -10,13 +10,33 @@
 //! Matching is by structure and checked against the indentation: a call at depth `d`
 //! first closes, as *incomplete*, the open frames at depth `d` or deeper (their returns
 //! were lost); a `}` at depth `d` closes the frames deeper than `d` as incomplete, then
-//! the frame at depth `d`; a `}` with no frame at its depth is counted as unmatched and
-//! dropped. Frames still open at the end of the input are closed as incomplete. A
-//! `CPU:N [LOST M EVENTS]` line marks the frames open in the threads last seen on CPU `N`
-//! as having lost events inside them. Interrupt trees (between `==========> irq` and
-//! `<========== irq`) are a nested context of the thread: they are laid under a
-//! synthetic node named by the interrupt's kind (`[irq]`), placed where the interrupt
-//! came (under the frame open at that moment).
+//! the frame at depth `d`. Where lines are missing (lost events, a trace that starts
+//! inside calls), the tree is rebuilt from what is left:
+//!
+//! - A line deeper than the innermost open frame's children (a call at depth `d` with
+//!   no open frame at `d - 1`; a `}` with no open frame at its depth): the frames in
+//!   between were opened in lost lines. They are put in as `[unknown]` frames
+//!   ([`NodeKind::Unknown`], [`Node::opening_lost`]); a later `}` at such a frame's
+//!   depth closes it and, if it names its function (`} /* f ret=0 */`), makes it a call
+//!   of that function with the `}`'s duration.
+//! - A `}` naming another function than the open frame at its depth: that frame's `}`
+//!   and the other call's opening were both lost. The open frame is closed as
+//!   incomplete and the `}`'s call is rebuilt as its next sibling, taking the children
+//!   that came after events were first known lost inside the open frame.
+//! - A `CPU:N [LOST M EVENTS]` line marks the frames open in the threads last seen on
+//!   CPU `N` as having lost events inside them, and so are the frames open in a thread
+//!   whose next line comes on CPU `N` from another CPU while (or after) `N` lost events.
+//!
+//! Frames still open at the end of the input are closed as incomplete. Interrupt trees
+//! (between `==========> irq` and `<========== irq`) are a nested context of the
+//! thread: they are laid under a synthetic node named by the interrupt's kind (`[irq]`),
+//! placed where the interrupt came (under the frame open at that moment).
+//!
+//! Times: a frame's total is its duration; where it has none (never closed, durations
+//! off), its children's totals together. Its self time is the total minus the
+//! children's, never below 0; where the children's add up to more than the duration
+//! (the trace is inconsistent there), the excess is the frame's [`Node::overrun_ns`],
+//! counted in [`Summary::overrun_frames`] and [`Summary::overrun_ns`].
 
 use crate::parse::{Args, Body, Call, Event, Notes, Parsed, Task};
 use serde::Serialize;
@@ -33,6 +53,9 @@ pub enum NodeKind {
     Call,
     /// An interrupt's tree (synthetic: not a call).
     Interrupt,
+    /// A frame whose opening line was lost and whose function no `}` named (synthetic:
+    /// not a call); shown as `[unknown]`.
+    Unknown,
 }
 
 /// How a node ended.
@@ -70,8 +93,15 @@ pub struct Node {
     pub duration_ns: Option<u64>,
     /// How the node ended.
     pub end: End,
-    /// Whether events were lost (on its thread's CPU) while this frame was open.
+    /// Whether events of its thread may have been lost while this frame was open: a
+    /// `LOST` line for the CPU the thread was on, the thread coming to a CPU that lost
+    /// events, or lines missing inside it (a deeper line with no frame for it, a `}`
+    /// that closed another frame).
     pub lost_inside: bool,
+    /// Whether its opening line was lost: the frame stands for a `}` with no opening
+    /// (named by the `}`'s comment, or `[unknown]`), or for the callers missing between
+    /// an open frame and a deeper line (`[unknown]`, closed by a later `}` if any).
+    pub opening_lost: bool,
     /// The parent node, if any (else a root of its thread).
     pub parent: Option<NodeId>,
     /// The children, in order.
@@ -82,7 +112,8 @@ pub struct Node {
     pub cpu: u32,
     /// The depth given by the opening line's indentation.
     pub depth: usize,
-    /// The opening line's number.
+    /// The opening line's number; for a frame whose opening was lost, its `}`'s (or,
+    /// never closed, the number of the line that showed it missing).
     pub line_no: usize,
     /// Total time: the duration; without one (a frame never closed, a call not
     /// followed), or for an interrupt node, the children's totals together (0 for a
@@ -90,6 +121,10 @@ pub struct Node {
     pub total_ns: u64,
     /// Self time: total minus the children's totals (0 if they exceed it).
     pub self_ns: u64,
+    /// How much the children's totals exceed the duration (0 if they do not): the
+    /// trace's durations are inconsistent there (lines lost or matched wrongly). Then
+    /// `self_ns` is 0 and `total_ns` the duration.
+    pub overrun_ns: u64,
 }
 
 impl Node {
@@ -112,6 +147,7 @@ impl Node {
             duration_ns: None,
             end: End::Interrupt,
             lost_inside: false,
+            opening_lost: false,
             parent: None,
             children: Vec::new(),
             thread,
@@ -120,20 +156,21 @@ impl Node {
             line_no,
             total_ns: 0,
             self_ns: 0,
+            overrun_ns: 0,
         }
     }
 
-    /// The name that identifies the function in reports: `name`, `name [module]`, or
-    /// `[irq]` for an interrupt node.
+    /// The name that identifies the function in reports: `name`, `name [module]`,
+    /// `[irq]` for an interrupt node, `[unknown]` for a frame of unknown function.
     pub fn label(&self) -> String {
         match (&self.kind, &self.module) {
-            (NodeKind::Interrupt, _) => format!("[{}]", self.name),
+            (NodeKind::Interrupt | NodeKind::Unknown, _) => format!("[{}]", self.name),
             (NodeKind::Call, Some(m)) => format!("{} [{}]", self.name, m),
             (NodeKind::Call, None) => self.name.clone(),
         }
     }
 
-    /// Whether this node is a call (not a synthetic interrupt node).
+    /// Whether this node is a call (not a synthetic interrupt or unknown node).
     pub fn is_call(&self) -> bool {
         self.kind == NodeKind::Call
     }
@@ -182,12 +219,22 @@ pub struct Summary {
     pub lost_markers: u64,
     /// Events those lines say were lost.
     pub lost_events: u64,
-    /// `}` lines with no open frame at their depth (dropped).
-    pub unmatched_closes: u64,
+    /// Calls whose opening line was lost, rebuilt from a `}` that names the function
+    /// (counted as calls of it, besides [`Summary::calls`]).
+    pub recovered_calls: u64,
+    /// Frames whose opening line was lost and whose function no `}` named
+    /// (`[unknown]`, not calls).
+    pub unknown_frames: u64,
     /// Frames never closed by a `}` (closed at a shallower line or at the end).
     pub incomplete_frames: u64,
-    /// `}` lines whose comment names another function than the frame they close.
+    /// `}` lines whose comment names another function than the open frame at their
+    /// depth (that frame is closed as incomplete, the `}`'s call rebuilt).
     pub close_name_mismatches: u64,
+    /// Frames whose children's totals add up to more than their own duration.
+    pub overrun_frames: u64,
+    /// By how much, in all: the folded stacks' values (self times) add up to the
+    /// roots' totals plus this.
+    pub overrun_ns: u64,
     /// Interrupt trees.
     pub interrupts: u64,
     /// `<==========` lines with no interrupt open.
@@ -229,11 +276,19 @@ pub fn strip_suffixes(name: &str) -> &str {
     }
 }
 
+/// An open frame.
+struct Open {
+    id: NodeId,
+    /// How many children the frame had when events were first known lost inside it:
+    /// the children from there on may belong to another call (see [`Builder::close`]).
+    lost_at: Option<usize>,
+}
+
 /// One context of a thread: its own, or an interrupt's.
 #[derive(Default)]
 struct Ctx {
     /// Open frames, outermost first.
-    stack: Vec<NodeId>,
+    stack: Vec<Open>,
     /// The interrupt node this context hangs from.
     irq: Option<NodeId>,
 }
@@ -242,6 +297,29 @@ struct ThreadState {
     /// The thread's own context first, then the interrupts nested in it.
     contexts: Vec<Ctx>,
     last_cpu: u32,
+    /// The number of the thread's last line.
+    last_line: usize,
+}
+
+/// What a CPU's last `LOST` line says about when its events were lost.
+#[derive(Clone, Copy, Default)]
+struct CpuLoss {
+    /// A `LOST` line came and no line of the CPU since: its lost events go up to the
+    /// CPU's next line.
+    pending: bool,
+    /// The line that ended the last loss (the CPU's first line after its `LOST` line).
+    ended_at: usize,
+}
+
+/// The most `[unknown]` frames put in for one missing stretch of callers (fctrace's
+/// depths fit in a byte; beyond, the last one takes the line's depth).
+const MAX_GAP_FRAMES: usize = 256;
+
+/// How many `[unknown]` frames may be put in up to line `n` in all: real traces need a
+/// few per lost stretch; beyond, each missing stretch gets one (at the line's depth), so
+/// that bad input cannot make the trees much larger than itself.
+fn gap_budget(line_no: usize) -> usize {
+    line_no.saturating_mul(16).saturating_add(4096)
 }
 
 /// Builds the trees event by event (see [`build`]).
@@ -249,19 +327,59 @@ pub struct Builder {
     trace: Trace,
     states: Vec<ThreadState>,
     by_tid: HashMap<u32, usize>,
+    cpu_loss: HashMap<u32, CpuLoss>,
+    /// `[unknown]` frames put in so far.
+    gap_frames: usize,
+    /// Children were moved to a node made after them (see [`Builder::close`]): the
+    /// nodes are put back in order at the end.
+    reorder: bool,
     opts: BuildOptions,
 }
 
 impl Builder {
+    /// A builder with no event yet.
+    pub fn new(opts: BuildOptions) -> Builder {
+        Builder {
+            trace: Trace::default(),
+            states: Vec::new(),
+            by_tid: HashMap::new(),
+            cpu_loss: HashMap::new(),
+            gap_frames: 0,
+            reorder: false,
+            opts,
+        }
+    }
+
     fn anomaly(&mut self, text: String) {
         if self.trace.anomalies.len() < MAX_ANOMALIES {
             self.trace.anomalies.push(text);
         }
     }
 
-    fn thread(&mut self, task: &Task, cpu: u32) -> usize {
+    /// The name a function goes by (without its suffixes with `merge_suffixes`).
+    fn func_name(&self, name: String) -> String {
+        if self.opts.merge_suffixes {
+            strip_suffixes(&name).to_string()
+        } else {
+            name
+        }
+    }
+
+    /// The thread of a line of `task` on `cpu` (line `line_no`), made if new. A thread
+    /// that comes from another CPU to one that lost events since its last line may have
+    /// lost events itself: its open frames are marked.
+    fn thread(&mut self, task: &Task, cpu: u32, line_no: usize) -> usize {
+        let loss = self.cpu_loss.get(&cpu).copied().unwrap_or_default();
         let ti = match self.by_tid.get(&task.tid) {
-            Some(&ti) => ti,
+            Some(&ti) => {
+                let moved_into_loss = self.states.get(ti).is_some_and(|s| {
+                    s.last_cpu != cpu && (loss.pending || loss.ended_at > s.last_line)
+                });
+                if moved_into_loss {
+                    self.mark_lost(ti);
+                }
+                ti
+            }
             None => {
                 let ti = self.trace.threads.len();
                 self.trace.threads.push(Thread {
@@ -272,11 +390,22 @@ impl Builder {
                 self.states.push(ThreadState {
                     contexts: vec![Ctx::default()],
                     last_cpu: cpu,
+                    last_line: line_no,
                 });
                 self.by_tid.insert(task.tid, ti);
                 ti
             }
         };
+        if loss.pending {
+            // This line ends the CPU's lost stretch.
+            self.cpu_loss.insert(
+                cpu,
+                CpuLoss {
+                    pending: false,
+                    ended_at: line_no,
+                },
+            );
+        }
         if let Some(t) = self.trace.threads.get_mut(ti) {
             if t.task.comm != task.comm {
                 // A new name (exec): the thread is shown by its last one.
@@ -286,13 +415,44 @@ impl Builder {
         }
         if let Some(s) = self.states.get_mut(ti) {
             s.last_cpu = cpu;
+            s.last_line = line_no;
         }
         ti
+    }
+
+    /// Marks the frames open in thread `ti` (all its contexts) as having lost events
+    /// inside them, from their present children on.
+    fn mark_lost(&mut self, ti: usize) {
+        let Some(s) = self.states.get_mut(ti) else {
+            return;
+        };
+        for open in s.contexts.iter_mut().flat_map(|c| c.stack.iter_mut()) {
+            if let Some(n) = self.trace.nodes.get_mut(open.id) {
+                n.lost_inside = true;
+                open.lost_at.get_or_insert(n.children.len());
+            }
+        }
+    }
+
+    /// `COMM-TID` of thread `ti`.
+    fn task_name(&self, ti: usize) -> String {
+        self.trace
+            .threads
+            .get(ti)
+            .map(|t| t.task.to_string())
+            .unwrap_or_default()
     }
 
     /// The innermost context of thread `ti`.
     fn ctx(&mut self, ti: usize) -> Option<&mut Ctx> {
         self.states.get_mut(ti).and_then(|s| s.contexts.last_mut())
+    }
+
+    /// The innermost open frame of thread `ti`'s innermost context, and its depth.
+    fn top(&self, ti: usize) -> Option<(NodeId, usize)> {
+        let open = self.states.get(ti)?.contexts.last()?.stack.last()?;
+        let depth = self.trace.nodes.get(open.id).map_or(0, |n| n.depth);
+        Some((open.id, depth))
     }
 
     /// Closes `id` as incomplete.
@@ -302,9 +462,14 @@ impl Builder {
         if let Some(n) = self.trace.nodes.get_mut(id) {
             n.end = End::Incomplete;
             text = Some(format!(
-                "line {}: frame {} (opened at line {}) {}",
+                "line {}: frame {} ({} line {}) {}",
                 line_no,
                 n.label(),
+                if n.opening_lost {
+                    "opening lost, first seen at"
+                } else {
+                    "opened at"
+                },
                 n.line_no,
                 why
             ));
@@ -317,14 +482,7 @@ impl Builder {
     /// Pops the frames of the innermost context of `ti` whose depth is at least `min`
     /// (`inclusive`) or above it, closing them as incomplete.
     fn pop_deeper(&mut self, ti: usize, depth: usize, inclusive: bool, line_no: usize) {
-        loop {
-            let Some(ctx) = self.ctx(ti) else {
-                return;
-            };
-            let Some(&top) = ctx.stack.last() else {
-                return;
-            };
-            let top_depth = self.trace.nodes.get(top).map_or(0, |n| n.depth);
+        while let Some((top, top_depth)) = self.top(ti) {
             let deeper = if inclusive {
                 top_depth >= depth
             } else {
@@ -340,10 +498,47 @@ impl Builder {
         }
     }
 
+    /// Makes the innermost open frame of `ti` be at depth `depth`, putting in
+    /// `[unknown]` frames for the callers whose opening lines were lost (from the depth
+    /// below the innermost open frame, or 0), if it is shallower. `what` names the line
+    /// for the anomaly.
+    fn fill_to(&mut self, ti: usize, depth: usize, cpu: u32, line_no: usize, what: &str) {
+        let from = self.top(ti).map_or(0, |(_, d)| d + 1);
+        if from > depth {
+            return;
+        }
+        // Events were lost inside the frames open around the missing ones.
+        self.mark_lost(ti);
+        let allowed = gap_budget(line_no).saturating_sub(self.gap_frames).max(1);
+        let count = (depth - from + 1).min(MAX_GAP_FRAMES).min(allowed);
+        self.gap_frames = self.gap_frames.saturating_add(count);
+        self.anomaly(format!(
+            "line {}: {} has no open frame at depth {}: {} `[unknown]` frame{} put in \
+             (opening lines lost)",
+            line_no,
+            what,
+            from,
+            count,
+            plural(count as u64)
+        ));
+        for i in 0..count {
+            let d = if i + 1 == count { depth } else { from + i };
+            let mut node = Node::new(NodeKind::Unknown, "unknown".into(), ti, cpu, d, line_no);
+            node.end = End::Incomplete;
+            node.opening_lost = true;
+            let id = self.add_node(ti, node);
+            if let Some(c) = self.ctx(ti) {
+                c.stack.push(Open { id, lost_at: None });
+            }
+        }
+    }
+
     /// Adds a node under the innermost open frame (or interrupt) of `ti`.
     fn add_node(&mut self, ti: usize, mut node: Node) -> NodeId {
         let id = self.trace.nodes.len();
-        let parent = self.ctx(ti).and_then(|c| c.stack.last().copied().or(c.irq));
+        let parent = self
+            .ctx(ti)
+            .and_then(|c| c.stack.last().map(|o| o.id).or(c.irq));
         node.parent = parent;
         match parent.and_then(|p| self.trace.nodes.get_mut(p)) {
             Some(p) => p.children.push(id),
@@ -366,12 +561,12 @@ impl Builder {
             }
             Event::Task(t) => *t,
         };
-        let ti = self.thread(&t.task, t.cpu);
+        let ti = self.thread(&t.task, t.cpu, line_no);
         match t.body {
             Body::Open(call) => self.call(ti, line_no, t.cpu, t.depth, None, call, true),
             Body::Leaf(call) => self.call(ti, line_no, t.cpu, t.depth, t.duration_ns, call, false),
             Body::Close { name, notes } => {
-                self.close(ti, line_no, &t.task, t.depth, t.duration_ns, name, notes)
+                self.close(ti, line_no, t.cpu, t.depth, t.duration_ns, name, notes)
             }
             Body::IrqEnter { what } => {
                 self.trace.summary.interrupts += 1;
@@ -406,12 +601,12 @@ impl Builder {
     fn lost(&mut self, cpu: u32, count: u64) {
         self.trace.summary.lost_markers += 1;
         self.trace.summary.lost_events = self.trace.summary.lost_events.saturating_add(count);
-        for s in self.states.iter().filter(|s| s.last_cpu == cpu) {
-            for id in s.contexts.iter().flat_map(|c| c.stack.iter()) {
-                if let Some(n) = self.trace.nodes.get_mut(*id) {
-                    n.lost_inside = true;
-                }
-            }
+        self.cpu_loss.entry(cpu).or_default().pending = true;
+        let on_cpu: Vec<usize> = (0..self.states.len())
+            .filter(|&ti| self.states.get(ti).is_some_and(|s| s.last_cpu == cpu))
+            .collect();
+        for ti in on_cpu {
+            self.mark_lost(ti);
         }
     }
 
@@ -429,11 +624,11 @@ impl Builder {
     ) {
         self.trace.summary.calls += 1;
         self.pop_deeper(ti, depth, true, line_no);
-        let name = if self.opts.merge_suffixes {
-            strip_suffixes(&call.name).to_string()
-        } else {
-            call.name
-        };
+        let name = self.func_name(call.name);
+        if let Some(above) = depth.checked_sub(1) {
+            let what = format!("{}() of {} at depth {}", name, self.task_name(ti), depth);
+            self.fill_to(ti, above, cpu, line_no, &what);
+        }
         let mut node = Node::new(NodeKind::Call, name, ti, cpu, depth, line_no);
         node.end = if open {
             // Closed by its `}`, or found incomplete.
@@ -451,18 +646,23 @@ impl Builder {
         let id = self.add_node(ti, node);
         if open {
             if let Some(c) = self.ctx(ti) {
-                c.stack.push(id);
+                c.stack.push(Open { id, lost_at: None });
             }
         }
     }
 
-    /// A closing line.
+    /// A closing line: it closes the open frame at its depth (after closing the deeper
+    /// ones as incomplete), an `[unknown]` one put in for it if there is none. If the
+    /// `}` names another function than that frame's, the frame's own `}` and the named
+    /// call's opening were lost: the frame is closed as incomplete, and the named call
+    /// is rebuilt from the `}` as the frame's next sibling, with the frame's children
+    /// from where events were first known lost inside it.
     #[allow(clippy::too_many_arguments)]
     fn close(
         &mut self,
         ti: usize,
         line_no: usize,
-        task: &Task,
+        cpu: u32,
         depth: usize,
         duration_ns: Option<u64>,
         name: Option<String>,
@@ -470,44 +670,93 @@ impl Builder {
     ) {
         self.trace.summary.closes += 1;
         self.pop_deeper(ti, depth, false, line_no);
-        let top = self.ctx(ti).and_then(|c| c.stack.last().copied());
-        let matched = top.filter(|&id| self.trace.nodes.get(id).is_some_and(|n| n.depth == depth));
-        let Some(id) = matched else {
-            self.trace.summary.unmatched_closes += 1;
-            self.anomaly(format!(
-                "line {}: `}}` of {} at depth {} with no open frame there{} (dropped)",
-                line_no,
-                task,
-                depth,
-                name.as_ref()
-                    .map(|n| format!(" ({})", n))
-                    .unwrap_or_default()
-            ));
+        let what = format!(
+            "`}}` of {} at depth {}{}",
+            self.task_name(ti),
+            depth,
+            name.as_ref()
+                .map(|n| format!(" ({})", n))
+                .unwrap_or_default()
+        );
+        self.fill_to(ti, depth, cpu, line_no, &what);
+        let Some(open) = self.ctx(ti).and_then(|c| c.stack.pop()) else {
             return;
         };
-        if let Some(c) = self.ctx(ti) {
-            c.stack.pop();
-        }
-        let merge = self.opts.merge_suffixes;
-        let mut mismatch = None;
-        if let Some(n) = self.trace.nodes.get_mut(id) {
+        let name = name.map(|n| self.func_name(n));
+        let Some(n) = self.trace.nodes.get_mut(open.id) else {
+            return;
+        };
+        let other = match (&n.kind, &name) {
+            (NodeKind::Call, Some(name)) if *name != n.name => {
+                Some((n.name.clone(), n.line_no, n.children.len()))
+            }
+            _ => None,
+        };
+        let Some((open_name, open_line, children)) = other else {
+            // The frame's own `}`.
             n.duration_ns = duration_ns;
             n.close_notes = Some(notes);
             n.end = End::Returned;
-            if let Some(name) = name {
-                let base = if merge { strip_suffixes(&name) } else { &name };
-                if base != n.name {
-                    mismatch = Some(format!(
-                        "line {}: `}}` names {} but closes {} (opened at line {})",
-                        line_no, name, n.name, n.line_no
-                    ));
+            if !n.opening_lost {
+                return;
+            }
+            // An `[unknown]` frame put in for this `}` or before: the `}` is its line.
+            n.line_no = line_no;
+            let what = match name {
+                Some(name) => {
+                    n.kind = NodeKind::Call;
+                    n.name = name;
+                    format!("rebuilt as a call of {}", n.name)
                 }
+                None => "its function is unknown".to_string(),
+            };
+            self.anomaly(format!(
+                "line {}: `}}` at depth {} closes a frame whose opening was lost: {}",
+                line_no, depth, what
+            ));
+            return;
+        };
+        // Another call's `}`.
+        n.lost_inside = true;
+        let name = name.unwrap_or_default();
+        self.trace.summary.close_name_mismatches += 1;
+        self.anomaly(format!(
+            "line {}: `}}` names {} but the open frame at its depth is {} (opened at line {}): \
+             both the `}}` of {} and the opening of {} were lost",
+            line_no, name, open_name, open_line, open_name, name
+        ));
+        self.close_incomplete(
+            open.id,
+            "has no `}`: its return was not in the trace",
+            line_no,
+        );
+        let mut node = Node::new(NodeKind::Call, name, ti, cpu, depth, line_no);
+        node.opening_lost = true;
+        node.lost_inside = true;
+        node.duration_ns = duration_ns;
+        node.close_notes = Some(notes);
+        node.end = End::Returned;
+        let id = self.add_node(ti, node);
+        let from = open.lost_at.unwrap_or(children).min(children);
+        let moved: Vec<NodeId> = self
+            .trace
+            .nodes
+            .get_mut(open.id)
+            .map(|n| n.children.split_off(from))
+            .unwrap_or_default();
+        if moved.is_empty() {
+            return;
+        }
+        for &c in &moved {
+            if let Some(c) = self.trace.nodes.get_mut(c) {
+                c.parent = Some(id);
             }
         }
-        if let Some(m) = mismatch {
-            self.trace.summary.close_name_mismatches += 1;
-            self.anomaly(m);
+        if let Some(n) = self.trace.nodes.get_mut(id) {
+            n.children = moved;
         }
+        // Its children have smaller ids than it.
+        self.reorder = true;
     }
 
     /// The trees: `lines` lines read, `skipped` of them skipped as unparseable.
@@ -521,8 +770,8 @@ impl Builder {
                     break;
                 };
                 match ctx.stack.pop() {
-                    Some(id) => {
-                        self.close_incomplete(id, "still open at the end of the trace", lines)
+                    Some(open) => {
+                        self.close_incomplete(open.id, "still open at the end of the trace", lines)
                     }
                     None => {
                         if s.contexts.len() <= 1 {
@@ -535,15 +784,106 @@ impl Builder {
         }
         let mut trace = self.trace;
         trace.summary.tasks = trace.threads.len();
+        for n in &trace.nodes {
+            match n.kind {
+                NodeKind::Call if n.opening_lost => trace.summary.recovered_calls += 1,
+                NodeKind::Unknown => trace.summary.unknown_frames += 1,
+                _ => {}
+            }
+        }
+        if self.reorder {
+            renumber(&mut trace);
+        }
         if self.opts.no_irqs {
             trace = without_interrupts(trace);
         }
         compute_times(&mut trace.nodes);
+        let mut overruns = Vec::new();
+        for n in trace.nodes.iter().filter(|n| n.overrun_ns > 0) {
+            trace.summary.overrun_frames += 1;
+            trace.summary.overrun_ns = trace.summary.overrun_ns.saturating_add(n.overrun_ns);
+            if overruns.len() < MAX_ANOMALIES {
+                overruns.push(format!(
+                    "line {}: the calls inside {} add up to {} more than its duration, {}: \
+                     its self time counts 0",
+                    n.line_no,
+                    n.label(),
+                    crate::table::time(n.overrun_ns),
+                    crate::table::time(n.total_ns)
+                ));
+            }
+        }
+        for o in overruns {
+            if trace.anomalies.len() < MAX_ANOMALIES {
+                trace.anomalies.push(o);
+            }
+        }
         trace
     }
 }
 
-/// Totals and self times, children before parents (children have larger ids).
+/// Puts the nodes back in an order where every node comes before its children and
+/// siblings in their order: each node where the smallest id of its subtree was (its
+/// own, unless children were moved under it), a parent before a child with the same.
+fn renumber(trace: &mut Trace) {
+    let len = trace.nodes.len();
+    let mut pre = Vec::with_capacity(len);
+    for t in &trace.threads {
+        pre.extend(trace.preorder(&t.roots));
+    }
+    let mut key = vec![(usize::MAX, 0usize); len];
+    for &id in &pre {
+        let level = trace
+            .nodes
+            .get(id)
+            .and_then(|n| n.parent)
+            .and_then(|p| key.get(p))
+            .map_or(0, |k| k.1 + 1);
+        if let Some(k) = key.get_mut(id) {
+            *k = (id, level);
+        }
+    }
+    for &id in pre.iter().rev() {
+        let min_child = trace
+            .nodes
+            .get(id)
+            .map(|n| {
+                n.children
+                    .iter()
+                    .filter_map(|&c| key.get(c).map(|k| k.0))
+                    .min()
+                    .unwrap_or(usize::MAX)
+            })
+            .unwrap_or(usize::MAX);
+        if let Some(k) = key.get_mut(id) {
+            k.0 = k.0.min(min_child);
+        }
+    }
+    pre.sort_by_key(|&id| key.get(id).copied().unwrap_or((usize::MAX, 0)));
+    let mut new_id = vec![usize::MAX; len];
+    for (new, &old) in pre.iter().enumerate() {
+        if let Some(x) = new_id.get_mut(old) {
+            *x = new;
+        }
+    }
+    let map = |id: NodeId| new_id.get(id).copied().unwrap_or(usize::MAX);
+    let mut old: Vec<Option<Node>> = std::mem::take(&mut trace.nodes)
+        .into_iter()
+        .map(Some)
+        .collect();
+    for &id in &pre {
+        if let Some(mut n) = old.get_mut(id).and_then(Option::take) {
+            n.parent = n.parent.map(map);
+            n.children = n.children.iter().map(|&c| map(c)).collect();
+            trace.nodes.push(n);
+        }
+    }
+    for t in trace.threads.iter_mut() {
+        t.roots = t.roots.iter().map(|&r| map(r)).collect();
+    }
+}
+
+/// Totals, self times and overruns, children before parents (children have larger ids).
 fn compute_times(nodes: &mut [Node]) {
     for id in (0..nodes.len()).rev() {
         let Some(n) = nodes.get(id) else {
@@ -557,12 +897,13 @@ fn compute_times(nodes: &mut [Node]) {
         // A frame with no duration (never closed, or durations off) took at least what
         // its children took: its own time counts 0.
         let total = match n.kind {
-            NodeKind::Call => n.duration_ns.unwrap_or(children_total),
+            NodeKind::Call | NodeKind::Unknown => n.duration_ns.unwrap_or(children_total),
             NodeKind::Interrupt => children_total,
         };
         if let Some(n) = nodes.get_mut(id) {
             n.total_ns = total;
             n.self_ns = total.saturating_sub(children_total);
+            n.overrun_ns = children_total.saturating_sub(total);
         }
     }
 }
@@ -577,7 +918,7 @@ fn without_interrupts(mut trace: Trace) -> Trace {
             None => Some(None),
         };
         match parent_kept {
-            Some(new_parent) if n.is_call() => {
+            Some(new_parent) if n.kind != NodeKind::Interrupt => {
                 map.push(Some(kept.len()));
                 let mut n = n;
                 n.parent = new_parent;
@@ -602,18 +943,6 @@ fn without_interrupts(mut trace: Trace) -> Trace {
     }
     trace.nodes = kept;
     trace
-}
-
-impl Builder {
-    /// A builder with no event yet.
-    pub fn new(opts: BuildOptions) -> Builder {
-        Builder {
-            trace: Trace::default(),
-            states: Vec::new(),
-            by_tid: HashMap::new(),
-            opts,
-        }
-    }
 }
 
 /// Builds the call trees of a parsed input.
@@ -681,8 +1010,19 @@ impl Trace {
                 plural(s.incomplete_frames)
             );
         }
-        if s.unmatched_closes > 0 {
-            text += &format!(", {} unmatched `}}`", s.unmatched_closes);
+        if s.recovered_calls > 0 {
+            text += &format!(
+                ", {} call{} rebuilt from a `}}` (opening lost)",
+                s.recovered_calls,
+                plural(s.recovered_calls)
+            );
+        }
+        if s.unknown_frames > 0 {
+            text += &format!(
+                ", {} unknown frame{}",
+                s.unknown_frames,
+                plural(s.unknown_frames)
+            );
         }
         if s.unmatched_interrupt_exits > 0 {
             text += &format!(
@@ -693,6 +1033,14 @@ impl Trace {
         }
         if s.close_name_mismatches > 0 {
             text += &format!(", {} `}}` naming another function", s.close_name_mismatches);
+        }
+        if s.overrun_frames > 0 {
+            text += &format!(
+                ", {} frame{} shorter than the calls inside (by {} in all)",
+                s.overrun_frames,
+                plural(s.overrun_frames),
+                crate::table::time(s.overrun_ns).trim()
+            );
         }
         if s.skipped_lines > 0 {
             text += &format!(

@@ -157,7 +157,7 @@ fn folded_flamegraph_and_chrome_files() {
     ]);
     assert!(std::fs::read_to_string(&svg2)
         .unwrap()
-        .contains("kworker/0:1-x-31 (6 calls"));
+        .contains("kworker/0:1-x-31 (7 calls"));
     let json = temp("files", "out.json");
     ok(&["chrome", &real, "-o", json.to_str().unwrap()]);
     let v: serde_json::Value =

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{all_fixtures, fixture};
+use common::{all_fixtures, check_folded, fixture};
 use fctrace_core::format::{self, write_lost, write_raw_ret, write_record};
 use fctrace_core::record::{
     Kind, Reason, Record, F_DURATION, F_FAULT, F_INDIRECT, F_IRQ, F_RETVAL, F_SOFTIRQ, F_TAIL,
@@ -227,6 +227,32 @@ fn emit(
     }
 }
 
+/// The total time of generated call `g` (its duration; an interrupt's, its tree's; a
+/// call not followed, 0), counting the frames whose children's totals exceed their
+/// duration, and by how much, into `frames` and `ns`.
+fn overruns(g: &Gen, frames: &mut u64, ns: &mut u64) -> u64 {
+    match g {
+        Gen::Irq { tree, .. } => overruns(tree, frames, ns),
+        Gen::Call {
+            kind,
+            dur,
+            children,
+            ..
+        } => {
+            let inside: u64 = children.iter().map(|c| overruns(c, frames, ns)).sum();
+            match kind {
+                Kind::Leaf => 0,
+                Kind::Call if inside > *dur => {
+                    *frames += 1;
+                    *ns += inside - dur;
+                    *dur
+                }
+                _ => *dur,
+            }
+        }
+    }
+}
+
 /// Labels as the trees show them: `ptr:0123abcd` and `0x0` are names too.
 fn preorder(t: &Trace, tid: u32) -> Vec<Expect> {
     let th = t.threads.iter().find(|th| th.task.tid == tid).unwrap();
@@ -241,6 +267,7 @@ fn preorder(t: &Trace, tid: u32) -> Vec<Expect> {
 
 #[test]
 fn trees_of_fctraces_own_formatter() {
+    let mut inconsistent = 0;
     for seed in 1..=40u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let tasks = [
@@ -249,14 +276,18 @@ fn trees_of_fctraces_own_formatter() {
             (7, 3, "a|b"),
         ];
         let mut per_task: Vec<(u32, Vec<String>, Vec<Expect>)> = Vec::new();
+        let mut generated = Vec::new();
         for &(tid, cpu, comm) in &tasks {
             let mut lines = Vec::new();
             let mut exp = Vec::new();
+            let mut roots = Vec::new();
             for _ in 0..1 + rng.below(4) {
                 let g = gen_call(&mut rng, 0, 0);
                 emit(&g, 0, tid, cpu, comm, &mut lines, &mut exp);
+                roots.push(g);
             }
             per_task.push((tid, lines, exp));
+            generated.push((tid, cpu, roots));
         }
         // Interleave the tasks' lines, each in order, with LOST lines between (no
         // event is really lost: the trees stay whole).
@@ -288,7 +319,27 @@ fn trees_of_fctraces_own_formatter() {
             "seed {}: {:?}",
             seed, t.anomalies
         );
-        assert_eq!(t.summary.unmatched_closes, 0, "seed {}", seed);
+        // Nothing was really lost: nothing to rebuild.
+        assert_eq!(t.summary.recovered_calls, 0, "seed {}", seed);
+        assert_eq!(t.summary.unknown_frames, 0, "seed {}", seed);
+        assert_eq!(t.summary.close_name_mismatches, 0, "seed {}", seed);
+        // The generated durations are random: where a frame's children add up to more
+        // than it, the excess is its overrun.
+        let (mut frames, mut ns) = (0, 0);
+        for (_, _, roots) in &generated {
+            for g in roots {
+                overruns(g, &mut frames, &mut ns);
+            }
+        }
+        assert_eq!(
+            (t.summary.overrun_frames, t.summary.overrun_ns),
+            (frames, ns),
+            "seed {}",
+            seed
+        );
+        // And the folded stacks add up to the graph's total plus that excess.
+        check_folded(&format!("seed {}", seed), &t);
+        inconsistent += u32::from(frames > 0);
         for (tid, _, exp) in &per_task {
             let got = preorder(&t, *tid);
             assert_eq!(&got, exp, "seed {} tid {}", seed, tid);
@@ -306,6 +357,8 @@ fn trees_of_fctraces_own_formatter() {
             .sum();
         assert_eq!(t.summary.calls as usize, expected_calls);
     }
+    // The relationship was checked with durations that do not add up, too.
+    assert!(inconsistent >= 10, "{}", inconsistent);
 }
 
 /// Runs every report on `t` (and a diff against `other`).
@@ -498,9 +551,14 @@ fn deep_nesting_and_unmatched_closes() {
         text += &format!(" 0) t-1 |        1.000 us  |{}}}\n", "  ".repeat(d + 1));
     }
     let (t, _) = fctrace_report::load_str(&text, LoadOptions::default()).unwrap();
-    // `g()` at depth 0 closed them all as incomplete; the closes had nothing to close.
-    assert_eq!(t.summary.incomplete_frames, DEPTH as u64);
-    assert_eq!(t.summary.unmatched_closes, 50);
+    // `g()` at depth 0 closed them all as incomplete; the closes had nothing to close:
+    // each closes an `[unknown]` frame put in for it at its depth, under `[unknown]`
+    // callers (the first at depth 0 alone, then each deeper one two more: its caller
+    // and itself), and the callers stay open.
+    assert_eq!(t.summary.unknown_frames, 1 + 2 * 49);
+    assert_eq!(t.summary.incomplete_frames, DEPTH as u64 + 49);
+    assert_eq!(t.summary.recovered_calls, 0);
+    assert_eq!(t.summary.overrun_frames, 0);
     let deep = {
         let mut s = String::new();
         for d in 0..DEPTH {
