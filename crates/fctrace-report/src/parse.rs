@@ -467,12 +467,11 @@ fn parse_comment(s: &str) -> Result<&str, String> {
         .ok_or_else(|| format!("expected a comment `/* ... */`, got {:?}", s))
 }
 
-/// The index of the `)` matching the `(` at the start of `s`, outside quoted strings.
-fn matching_paren(s: &str) -> Option<usize> {
-    let mut depth = 0usize;
-    let mut in_str = false;
-    let mut escaped = false;
-    for (i, c) in s.char_indices() {
+/// The characters of `s` (with their byte indices) outside double-quoted strings (C
+/// escapes honoured inside them); the quotes themselves are left out too.
+fn outside_strings(s: &str) -> impl Iterator<Item = (usize, char)> + '_ {
+    let (mut in_str, mut escaped) = (false, false);
+    s.char_indices().filter(move |&(_, c)| {
         if in_str {
             if escaped {
                 escaped = false;
@@ -481,10 +480,21 @@ fn matching_paren(s: &str) -> Option<usize> {
             } else if c == '"' {
                 in_str = false;
             }
-            continue;
+            return false;
         }
+        if c == '"' {
+            in_str = true;
+            return false;
+        }
+        true
+    })
+}
+
+/// The index of the `)` matching the `(` at the start of `s`, outside quoted strings.
+fn matching_paren(s: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, c) in outside_strings(s) {
         match c {
-            '"' => in_str = true,
             '(' => depth += 1,
             ')' => {
                 depth = depth.checked_sub(1)?;
@@ -502,22 +512,9 @@ fn matching_paren(s: &str) -> Option<usize> {
 fn split_top_level(s: &str) -> Vec<&str> {
     let mut parts = Vec::new();
     let mut depth = 0usize;
-    let mut in_str = false;
-    let mut escaped = false;
     let mut start = 0;
-    for (i, c) in s.char_indices() {
-        if in_str {
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == '"' {
-                in_str = false;
-            }
-            continue;
-        }
+    for (i, c) in outside_strings(s) {
         match c {
-            '"' => in_str = true,
             '(' | '[' | '{' => depth += 1,
             ')' | ']' | '}' => depth = depth.saturating_sub(1),
             ',' if depth == 0 => {

@@ -1003,33 +1003,21 @@ impl Trace {
                 plural(s.lost_markers)
             );
         }
-        if s.incomplete_frames > 0 {
-            text += &format!(
-                ", {} incomplete frame{}",
-                s.incomplete_frames,
-                plural(s.incomplete_frames)
-            );
-        }
-        if s.recovered_calls > 0 {
-            text += &format!(
-                ", {} call{} rebuilt from a `}}` (opening lost)",
+        // What was mended: a count, and its noun before and after the plural's `s`.
+        let mended: [(u64, &str, &str); 4] = [
+            (s.incomplete_frames, "incomplete frame", ""),
+            (
                 s.recovered_calls,
-                plural(s.recovered_calls)
-            );
-        }
-        if s.unknown_frames > 0 {
-            text += &format!(
-                ", {} unknown frame{}",
-                s.unknown_frames,
-                plural(s.unknown_frames)
-            );
-        }
-        if s.unmatched_interrupt_exits > 0 {
-            text += &format!(
-                ", {} unmatched interrupt end{}",
-                s.unmatched_interrupt_exits,
-                plural(s.unmatched_interrupt_exits)
-            );
+                "call",
+                " rebuilt from a `}` (opening lost)",
+            ),
+            (s.unknown_frames, "unknown frame", ""),
+            (s.unmatched_interrupt_exits, "unmatched interrupt end", ""),
+        ];
+        for (n, noun, after) in mended {
+            if n > 0 {
+                text += &format!(", {n} {noun}{}{after}", plural(n));
+            }
         }
         if s.close_name_mismatches > 0 {
             text += &format!(", {} `}}` naming another function", s.close_name_mismatches);
