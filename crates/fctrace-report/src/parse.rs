@@ -357,21 +357,24 @@ fn parse_function(func: &str) -> Result<(usize, Body), String> {
     if body.is_empty() {
         return Err("empty function column".into());
     }
-    if let Some(what) = body.strip_prefix("==========>") {
+    // An interrupt marker's context (`irq` when the marker names none).
+    let context = |what: &str| {
         let what = what.trim();
+        if what.is_empty() { "irq" } else { what }.to_string()
+    };
+    if let Some(what) = body.strip_prefix("==========>") {
         return Ok((
             depth,
             Body::IrqEnter {
-                what: if what.is_empty() { "irq" } else { what }.to_string(),
+                what: context(what),
             },
         ));
     }
     if let Some(what) = body.strip_prefix("<==========") {
-        let what = what.trim();
         return Ok((
             depth,
             Body::IrqExit {
-                what: if what.is_empty() { "irq" } else { what }.to_string(),
+                what: context(what),
             },
         ));
     }
