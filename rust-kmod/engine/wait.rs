@@ -269,7 +269,13 @@ impl Tracer {
     }
 
     /// Arms what handlers queued, with the closure of its direct callees (the calls it
-    /// makes will run in the same atomic context), up to `AHEAD_BUDGET` functions.
+    /// makes will run in the same atomic context), up to `AHEAD_BUDGET` functions of that
+    /// closure. Every queued function is armed (or found refused): the budget and the
+    /// walk's limit (`AHEAD_WALK`) cut only the closure below them. (They once cut the
+    /// queue too: a queue filled with the callees of closures that stopped at their time
+    /// limit (`want_callees`) made the walk reach its limit before the calls queued from
+    /// atomic context were armed, and those were dropped, unfollowed again on the next
+    /// run.)
     /// Called in the work item, without the mutex: it takes the mutex for one function at
     /// a time, so that readers of `stats` and writers of control files wait for one
     /// function's arming, not for a whole batch (minutes on the debug kernel under
@@ -279,11 +285,13 @@ impl Tracer {
         for w in &self.waits.wanted {
             let t = w.swap(0, Ordering::AcqRel);
             if t != 0 && todo.push((t, 0), GFP_KERNEL).is_err() {
-                return;
+                // No memory for the list: leave it queued for the next round.
+                w.store(t, Ordering::Release);
             }
         }
         let mut armed = 0usize;
-        // Breadth first: the nearest callees are the likeliest to run next.
+        // Breadth first: the nearest callees are the likeliest to run next; the queued
+        // functions (level 0) come before any callee.
         let mut next = 0;
         while let Some(&(t, level)) = todo.get(next) {
             next += 1;
@@ -292,7 +300,10 @@ impl Tracer {
             self.serve_requests(&mut inner);
             // Stop as soon as no traced process is left (its exit queued this work item
             // again, which then ends tracing): on a slow kernel a batch takes seconds.
-            if armed >= AHEAD_BUDGET || !self.active.load(Ordering::Acquire) || !self.any_traced() {
+            if !self.active.load(Ordering::Acquire) || !self.any_traced() {
+                break;
+            }
+            if level > 0 && armed >= AHEAD_BUDGET {
                 break;
             }
             let f = match self.table.lookup(t) {
@@ -313,7 +324,7 @@ impl Tracer {
                 }
                 _ => continue,
             };
-            if level >= AHEAD_DEPTH {
+            if level >= AHEAD_DEPTH || todo.len() >= AHEAD_WALK {
                 continue;
             }
             let Some(f) = f else { continue };
@@ -323,8 +334,9 @@ impl Tracer {
                 if known || todo.iter().any(|&(c, _)| c == callee) {
                     continue;
                 }
+                // At the walk's limit, the closure stops growing; what is in it goes on.
                 if todo.len() >= AHEAD_WALK || todo.push((callee, level + 1), GFP_KERNEL).is_err() {
-                    return;
+                    break;
                 }
             }
         }
