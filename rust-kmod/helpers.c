@@ -815,45 +815,76 @@ static void notrace fctrace_entry_func(unsigned long ip, unsigned long parent_ip
 }
 
 /*
+ * The hooks are spread over several ops of up to FCTRACE_ENTRY_SHARD functions each: an
+ * update of an ops' filter copies its whole hash (an allocation per entry) and walks every
+ * ftrace record, so with one ops its cost grew with the hooked set (1.0 ms per armed
+ * function while the first thousand were armed, 6 ms from 3000 to 3700). Each function is
+ * in one ops only, so it still calls its ops' own trampoline and no list function.
+ *
  * PERMANENT: registering fails while ftrace is disabled (sysctl kernel.ftrace_enabled),
  * and the sysctl cannot disable it meanwhile: fctrace's hooks are never silently off.
  */
-static struct ftrace_ops fctrace_entry_ops = {
-	.func = fctrace_entry_func,
-	.flags = FTRACE_OPS_FL_PERMANENT,
+#define FCTRACE_ENTRY_OPS 16
+#define FCTRACE_ENTRY_SHARD 1024
+
+static struct ftrace_ops fctrace_entry_ops[FCTRACE_ENTRY_OPS] = {
+	[0 ... FCTRACE_ENTRY_OPS - 1] = {
+		.func = fctrace_entry_func,
+		.flags = FTRACE_OPS_FL_PERMANENT,
+	},
 };
 
-static bool fctrace_entry_registered;
+/* Under the tracer's mutex (every caller holds it). */
+static unsigned int fctrace_entry_count[FCTRACE_ENTRY_OPS];
+static bool fctrace_entry_registered[FCTRACE_ENTRY_OPS];
+static unsigned int fctrace_entry_cur;
 
 int fctrace_entry_hooks_add(const unsigned long *ips, unsigned int n)
 {
+	unsigned int s = fctrace_entry_cur;
+	struct ftrace_ops *ops;
 	int ret;
 
 	if (!n)
 		return 0;
-	ret = ftrace_set_filter_ips(&fctrace_entry_ops, (unsigned long *)ips, n, 0, 0);
+	/* A batch goes whole into one ops (it fails as a whole): the next one when it would
+	 * overfill this one. The last ops takes whatever comes after it is full. */
+	if (fctrace_entry_count[s] && fctrace_entry_count[s] + n > FCTRACE_ENTRY_SHARD &&
+	    s + 1 < FCTRACE_ENTRY_OPS)
+		s++;
+	ops = &fctrace_entry_ops[s];
+	ret = ftrace_set_filter_ips(ops, (unsigned long *)ips, n, 0, 0);
 	if (ret)
 		return ret;
 	/* Registered only with a filter: an ops without one would hook every function. */
-	if (!fctrace_entry_registered) {
-		ret = register_ftrace_function(&fctrace_entry_ops);
+	if (!fctrace_entry_registered[s]) {
+		ret = register_ftrace_function(ops);
 		if (ret) {
-			ftrace_set_filter_ips(&fctrace_entry_ops, NULL, 0, 0, 1);
+			ftrace_set_filter_ips(ops, NULL, 0, 0, 1);
 			return ret;
 		}
-		fctrace_entry_registered = true;
+		fctrace_entry_registered[s] = true;
 	}
+	fctrace_entry_count[s] += n;
+	fctrace_entry_cur = s;
 	return 0;
 }
 
 void fctrace_entry_hooks_clear(void)
 {
-	if (fctrace_entry_registered) {
-		/* Waits for callbacks in flight (RCU-tasks for a module's ops). */
-		unregister_ftrace_function(&fctrace_entry_ops);
-		fctrace_entry_registered = false;
+	unsigned int s;
+
+	for (s = 0; s < FCTRACE_ENTRY_OPS; s++) {
+		if (fctrace_entry_registered[s]) {
+			/* Waits for callbacks in flight (RCU-tasks for a module's ops). */
+			unregister_ftrace_function(&fctrace_entry_ops[s]);
+			fctrace_entry_registered[s] = false;
+		}
+		if (fctrace_entry_count[s])
+			ftrace_set_filter_ips(&fctrace_entry_ops[s], NULL, 0, 0, 1);
+		fctrace_entry_count[s] = 0;
 	}
-	ftrace_set_filter_ips(&fctrace_entry_ops, NULL, 0, 0, 1);
+	fctrace_entry_cur = 0;
 }
 
 extern char fctrace_entry_trampoline[];

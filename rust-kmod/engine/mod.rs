@@ -230,6 +230,10 @@ pub(crate) struct Stats {
     /// (no ftrace site, or ftrace refused it): their call sites are probed instead.
     pub(crate) entry_hooks: AtomicU64,
     pub(crate) entry_hooks_refused: AtomicU64,
+    /// Updates of the entry hooks' ftrace filter (`ftrace_set_filter_ips()`), and the time
+    /// spent in them (ns; also counted in `registrations` and `register_ns`).
+    pub(crate) entry_updates: AtomicU64,
+    pub(crate) entry_update_ns: AtomicU64,
     /// `irqs` option: interrupt entry functions that could not be hooked.
     pub(crate) irq_roots_missing: AtomicU64,
     /// `lossless` option: times a traced task waited for the reader.

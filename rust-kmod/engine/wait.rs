@@ -41,6 +41,8 @@ const WANT_CALLEES: usize = 48;
 const PROBE_CLOSURE: usize = 64;
 /// The most functions one round of arming ahead looks at (armed ones included).
 const AHEAD_WALK: usize = 4096;
+/// Arming ahead gives the callees of this many functions their entry hooks at once.
+const AHEAD_BATCH: usize = 32;
 
 /// The work item's queues.
 pub(crate) struct Waits {
@@ -294,7 +296,6 @@ impl Tracer {
         // functions (level 0) come before any callee.
         let mut next = 0;
         while let Some(&(t, level)) = todo.get(next) {
-            next += 1;
             let mut inner = self.lock();
             // Tasks waiting in the trampoline go first.
             self.serve_requests(&mut inner);
@@ -306,6 +307,18 @@ impl Tracer {
             if level > 0 && armed >= AHEAD_BUDGET {
                 break;
             }
+            // Every `AHEAD_BATCH` functions, the callees of the next ones get their entry
+            // hooks in one ftrace update (`Tracer::prehook`).
+            if next % AHEAD_BATCH == 0 {
+                let mut batch = [0u64; AHEAD_BATCH];
+                for (b, &(f, l)) in batch.iter_mut().zip(todo.iter().skip(next)) {
+                    if l == 0 || armed < AHEAD_BUDGET {
+                        *b = f;
+                    }
+                }
+                self.prehook(&mut inner, &batch);
+            }
+            next += 1;
             let f = match self.table.lookup(t) {
                 FuncState::Unknown => {
                     if self.arm(&mut inner, t) != FuncState::Armed {
@@ -528,6 +541,24 @@ impl Tracer {
                         }
                     }
                 }
+            }
+            // The callees about to be armed get their own callees' entry hooks in one
+            // ftrace update (`Tracer::prehook`), as many as the budget lets arm.
+            let room = SYNC_BUDGET.saturating_sub(closure.len());
+            let mut batch: KVec<u64> = KVec::new();
+            for &c in callees.iter() {
+                if batch.len() >= room {
+                    break;
+                }
+                if self.table.lookup(c) == FuncState::Unknown
+                    && !todo.iter().any(|&(x, _)| x == c)
+                    && batch.push(c, GFP_KERNEL).is_err()
+                {
+                    break;
+                }
+            }
+            if clock_ns() < deadline {
+                self.prehook(inner, &batch);
             }
             for c in callees {
                 if todo.iter().any(|&(x, _)| x == c) {

@@ -311,7 +311,8 @@ cold() { # name roots cmd...
 # trace pipes), ps, mount, df, dmesg, find, file operations on tmpfs and a tmpfs mount
 # (a wide workload), traced from a fresh session; every 2 s, what is armed and what
 # arming took so far. Cut after $ARM_LIMIT seconds. One line per sample:
-#   BENCHARM t=.. funcs=.. reg_us=.. regs=.. hooks=.. probes=..
+#   BENCHARM t=.. funcs=.. reg_us=.. regs=.. hooks=.. probes=.. upd_us=..
+# (upd_us: of reg_us, the time in updates of the entry hooks' ftrace filter)
 ARM_LIMIT=${ARM_LIMIT:-400}
 arming() {
     echo > $F/set_pid
@@ -339,6 +340,7 @@ arming() {
     A=$!
     echo $A > $F/set_pid
     r0=$(stat_value probe_registration_us)
+    u0=$(stat_value entry_hook_update_us)
     t0=$(date +%s)
     touch $FCT_GATE
     # (sampled only while the shell lives: when it exits, tracing stops)
@@ -347,7 +349,8 @@ arming() {
         echo "BENCHARM t=$t funcs=$(stat_value functions_armed)" \
             "reg_us=$(($(stat_value probe_registration_us) - r0))" \
             "regs=$(stat_value probe_registrations) hooks=$(stat_value entry_hooks)" \
-            "probes=$(stat_value probes_armed)"
+            "probes=$(stat_value probes_armed)" \
+            "upd_us=$(($(stat_value entry_hook_update_us) - u0))"
         [ $t -ge $ARM_LIMIT ] && { kill $A; wait $A 2>/dev/null; break; }
         sleep 2
     done

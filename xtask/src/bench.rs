@@ -157,13 +157,15 @@ pub fn parse_cold(console: &str) -> Vec<Cold> {
     out
 }
 
-/// One sample of the arming run (`BENCHARM`): functions armed, and the time spent
-/// registering (µs) so far.
+/// One sample of the arming run (`BENCHARM`): functions armed, the time spent
+/// registering (µs) so far, and of that the time in updates of the entry hooks' ftrace
+/// filter (µs; 0 where the line does not say).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ArmSample {
     pub t: u64,
     pub funcs: u64,
     pub reg_us: u64,
+    pub upd_us: u64,
 }
 
 pub fn parse_arm(console: &str) -> Vec<ArmSample> {
@@ -174,26 +176,36 @@ pub fn parse_arm(console: &str) -> Vec<ArmSample> {
         };
         let int = |k: &str| kv.get(k).and_then(|v| v.parse::<u64>().ok());
         if let (Some(t), Some(funcs), Some(reg_us)) = (int("t"), int("funcs"), int("reg_us")) {
-            out.push(ArmSample { t, funcs, reg_us });
+            let upd_us = int("upd_us").unwrap_or(0);
+            out.push(ArmSample {
+                t,
+                funcs,
+                reg_us,
+                upd_us,
+            });
         }
     }
     out
 }
 
-/// Registration time per armed function (ms) while the armed set grew through `lo..hi`:
-/// between the last sample at or below `lo` (or the start) and the first at or above
-/// `hi` (or the last), with the numbers of functions at both ends.
-pub fn arm_cost(s: &[ArmSample], lo: u64, hi: u64) -> Option<(f64, u64, u64)> {
+/// Registration time per armed function (ms) while the armed set grew through `lo..hi`,
+/// and the part of it spent in ftrace filter updates: between the last sample at or
+/// below `lo` (or the start) and the first at or above `hi` (or the last), with the
+/// numbers of functions at both ends.
+pub fn arm_costs(s: &[ArmSample], lo: u64, hi: u64) -> Option<(f64, f64, u64, u64)> {
     let start = ArmSample {
         t: 0,
         funcs: 0,
         reg_us: 0,
+        upd_us: 0,
     };
     let a = *s.iter().rev().find(|x| x.funcs <= lo).unwrap_or(&start);
     let b = *s.iter().find(|x| x.funcs >= hi).or(s.last())?;
+    let per = |x: u64, y: u64| (y - x.min(y)) as f64 / 1000.0 / (b.funcs - a.funcs) as f64;
     (b.funcs > a.funcs).then(|| {
         (
-            (b.reg_us - a.reg_us.min(b.reg_us)) as f64 / 1000.0 / (b.funcs - a.funcs) as f64,
+            per(a.reg_us, b.reg_us),
+            per(a.upd_us, b.upd_us),
             a.funcs,
             b.funcs,
         )
@@ -234,8 +246,11 @@ pub fn cold_table(cold: &[Cold], arm: &[ArmSample]) -> String {
         );
         let top = last.funcs;
         for (lo, hi) in [(0, 100), (top.saturating_sub(top / 5).max(101), top)] {
-            if let Some((ms, a, b)) = arm_cost(arm, lo, hi) {
-                let _ = writeln!(t, "  {ms:>8.2} ms per function from {a} to {b} armed");
+            if let Some((ms, upd, a, b)) = arm_costs(arm, lo, hi) {
+                let _ = writeln!(
+                    t,
+                    "  {ms:>8.2} ms per function from {a} to {b} armed (ftrace filter updates {upd:.2} ms)"
+                );
             }
         }
     }
@@ -439,8 +454,8 @@ pub fn json(rows: &[Row], cold: &[Cold], arm: &[ArmSample]) -> String {
         .iter()
         .map(|a| {
             format!(
-                "    {{\"t_s\": {}, \"functions_armed\": {}, \"registration_us\": {}}}",
-                a.t, a.funcs, a.reg_us
+                "    {{\"t_s\": {}, \"functions_armed\": {}, \"registration_us\": {}, \"ftrace_update_us\": {}}}",
+                a.t, a.funcs, a.reg_us, a.upd_us
             )
         })
         .collect();
@@ -514,7 +529,7 @@ BENCHCOLD name=open fct=190 ftrace=166 agreement=98.50 ftrace_ftrace=99.10 atomi
 BENCHARM t=0 funcs=3 reg_us=0 regs=1 hooks=5 probes=2
 BENCHARM t=2 funcs=120 reg_us=240000 regs=9 hooks=50 probes=20
 BENCHARM t=4 funcs=1000 reg_us=1000000 regs=90 hooks=500 probes=200
-BENCHARM t=6 funcs=1200 reg_us=1600000 regs=99 hooks=600 probes=220
+BENCHARM t=6 funcs=1200 reg_us=1600000 regs=99 hooks=600 probes=220 upd_us=400000
 ";
         let c = parse_cold(out);
         assert_eq!(c.len(), 1);
@@ -524,14 +539,19 @@ BENCHARM t=6 funcs=1200 reg_us=1600000 regs=99 hooks=600 probes=220
         assert_eq!((c[0].atomic, c[0].warm_atomic), (Some(3), Some(0)));
         let a = parse_arm(out);
         assert_eq!(a.len(), 4);
-        let (ms, lo, hi) = arm_cost(&a, 0, 100).unwrap();
+        let (ms, _, lo, hi) = arm_costs(&a, 0, 100).unwrap();
         assert_eq!((lo, hi), (0, 120));
         assert!((ms - 2.0).abs() < 1e-9);
-        let (ms, lo, hi) = arm_cost(&a, 1100, 1200).unwrap();
+        let (ms, _, lo, hi) = arm_costs(&a, 1100, 1200).unwrap();
         assert_eq!((lo, hi), (1000, 1200));
         assert!((ms - 3.0).abs() < 1e-9);
         assert!(cold_table(&c, &a).contains("shown  98.50%"));
         assert!(cold_table(&c, &a).contains("atomic 3 / 0"));
+        // 400 ms of updates over the last 200 functions: 2 ms each.
+        let (_, upd, _, _) = arm_costs(&a, 1100, 1200).unwrap();
+        assert!((upd - 2.0).abs() < 1e-9);
+        // The table's last fifth: from 120 to 1200 functions, 400 ms of updates.
+        assert!(cold_table(&c, &a).contains("(ftrace filter updates 0.37 ms)"));
     }
 
     #[test]
