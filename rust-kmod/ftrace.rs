@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! fctrace's own `ftrace_ops`: entry hooks on exactly the functions the traced tasks can
-//! reach (see `engine/entry.rs` for what the callback does). The ops itself lives in
-//! helpers.c (its callback must be C: it runs for every task that calls a hooked function,
-//! and decides with one check that another task's call is none of fctrace's business).
+//! reach (see `engine/entry.rs` for what the callback does). The ops live in helpers.c
+//! (their callback must be C: it runs for every task that calls a hooked function, and
+//! decides with one check that another task's call is none of fctrace's business), up to
+//! 16 of them with about 1024 functions each (an update of an ops' filter copies its whole
+//! hash).
 
 use crate::bindings;
 use kernel::alloc::KVec;
 use kernel::prelude::*;
 
-/// The set of hooked ftrace sites. The ops is registered while the set is not empty (an
-/// ops without a filter would hook every function) and unregistered when it is cleared or
-/// dropped.
+/// The set of hooked ftrace sites. An ops is registered once it has a filter (an ops
+/// without one would hook every function); all are unregistered when the set is cleared
+/// or dropped.
 pub(crate) struct EntryHooks {
     ips: KVec<u64>,
 }
@@ -21,7 +23,7 @@ impl EntryHooks {
         EntryHooks { ips: KVec::new() }
     }
 
-    /// Hooks the ftrace sites `ips`, in one update of the ops' filter (one text update for
+    /// Hooks the ftrace sites `ips`, in one update of one ops' filter (one text update for
     /// all). Fails as a whole (`EINVAL` when one of them is not an ftrace site, `EBUSY`
     /// when another ops' exclusive use of one refuses it). Sleeps.
     pub(crate) fn add(&mut self, ips: &[u64]) -> Result {
