@@ -244,16 +244,8 @@ impl Tracer {
         let Ok(mut sym) = SymBuf::new() else {
             return false;
         };
-        let size = match sym.lookup(c) {
-            Some(info)
-                if info.offset == 0
-                    && info.size > 0
-                    && info.size <= LEAF_AHEAD_MAX
-                    && !never_probed(inner, c, info.name.as_bytes()) =>
-            {
-                info.size
-            }
-            _ => return false,
+        let Some(size) = armable_size(inner, &mut sym, c, LEAF_AHEAD_MAX) else {
+            return false;
         };
         let mut code = [0u8; LEAF_AHEAD_MAX as usize];
         let Some(code) = code.get_mut(..size as usize) else {
@@ -313,16 +305,8 @@ impl Tracer {
         sym: &mut SymBuf,
         out: &mut KVec<(u64, bool)>,
     ) {
-        let size = match sym.lookup(f) {
-            Some(info)
-                if info.offset == 0
-                    && info.size > 0
-                    && info.size <= MAX_FUNC_SIZE
-                    && !never_probed(inner, f, info.name.as_bytes()) =>
-            {
-                info.size
-            }
-            _ => return,
+        let Some(size) = armable_size(inner, sym, f, MAX_FUNC_SIZE) else {
+            return;
         };
         let Ok(mut code) = KVVec::from_elem(0u8, size as usize, GFP_KERNEL) else {
             return;
@@ -763,6 +747,17 @@ impl Tracer {
         let e = self.table.find(func)?;
         inner.funcs.iter_mut().find(|f| f.entry == e)
     }
+}
+
+/// The size of the function that starts at `f`, if fctrace may arm it and it has at most
+/// `max` bytes.
+fn armable_size(inner: &TracerInner, sym: &mut SymBuf, f: u64, max: u64) -> Option<u64> {
+    let info = sym.lookup(f)?;
+    (info.offset == 0
+        && info.size > 0
+        && info.size <= max
+        && !never_probed(inner, f, info.name.as_bytes()))
+    .then_some(info.size)
 }
 
 /// Whether the function `name` at `addr` is never probed: fctrace's own code, the deny
