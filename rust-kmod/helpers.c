@@ -553,13 +553,16 @@ void fctrace_arm_wake(void)
 
 /*
  * The return address function_graph saved for the current task's frame whose return
- * address sits at @retp (it put return_to_handler there), 0 if none is found.
+ * address sits at @retp (it put @handler, return_to_handler, there), 0 if none is found.
  * ftrace_graph_ret_addr() does this but is not exported: this looks for the saved
  * struct ftrace_ret_stack whose retp is @retp among the newest words of the task's
  * shadow stack (bounded; the frame looked for was pushed last, at the entry of the
- * function being probed).
+ * function being probed). As there, an entry that saved @handler itself is passed over:
+ * a tail call (pgd_free() jumping to free_pages()) leaves one return address on the
+ * stack and two entries with that retp on the shadow stack, the newer one holding
+ * @handler, the older one the real return address.
  */
-unsigned long fctrace_graph_ret_addr(unsigned long retp)
+unsigned long fctrace_graph_ret_addr(unsigned long retp, unsigned long handler)
 {
 #ifdef CONFIG_FUNCTION_GRAPH_TRACER
 	const int off = offsetof(struct ftrace_ret_stack, retp) / sizeof(long);
@@ -570,7 +573,7 @@ unsigned long fctrace_graph_ret_addr(unsigned long retp)
 	if (!rs || top <= 0 || top > (int)(PAGE_SIZE / sizeof(long)))
 		return 0;
 	for (i = top - 1; i >= off && i >= top - 64; i--) {
-		if (rs[i] == retp)
+		if (rs[i] == retp && rs[i - off] != handler)
 			return rs[i - off];
 	}
 #endif

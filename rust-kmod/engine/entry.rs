@@ -166,8 +166,10 @@ impl Tracer {
             .flatten();
         let mut ret = word;
         if ours.is_none() && self.ret_hooks.contains(ret) {
+            let handler = self.ret_hooks.graph_handler();
             // SAFETY: a C helper reading the current task's own function_graph stack.
-            let saved = unsafe { bindings::fctrace_graph_ret_addr(entry_sp as _) } as u64;
+            let saved =
+                unsafe { bindings::fctrace_graph_ret_addr(entry_sp as _, handler as _) } as u64;
             if saved != 0 && !self.ret_hooks.contains(saved) {
                 ret = saved;
             }

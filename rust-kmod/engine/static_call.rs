@@ -107,6 +107,11 @@ impl ReturnHooks {
         }
     }
 
+    /// function_graph's `return_to_handler` (0 if this kernel has none).
+    pub(crate) fn graph_handler(&self) -> u64 {
+        self.0[0].load(Ordering::Relaxed)
+    }
+
     pub(crate) fn contains(&self, ret: u64) -> bool {
         self.0.iter().any(|a| a.load(Ordering::Relaxed) == ret)
     }
