@@ -88,16 +88,21 @@ impl Handler for StaticHook {
 }
 
 /// The addresses return hooks put in place of a return address: function_graph's
-/// `return_to_handler`, rethook's (kretprobes', fprobe's) trampoline.
+/// `return_to_handler` (at [`ReturnHooks::GRAPH`]), rethook's (kretprobes', fprobe's)
+/// trampoline.
 pub(crate) struct ReturnHooks([AtomicU64; 2]);
 
 impl ReturnHooks {
+    /// Where function_graph's is.
+    const GRAPH: usize = 0;
+
     pub(crate) fn new() -> Self {
         ReturnHooks([const { AtomicU64::new(0) }; 2])
     }
 
     /// Looks them up (0 for one this kernel does not have). Sleeps.
     pub(crate) fn resolve(&self) {
+        // (In the order of the addresses: `GRAPH` first.)
         let names = [
             c_str!("return_to_handler"),
             c_str!("arch_rethook_trampoline"),
@@ -109,7 +114,7 @@ impl ReturnHooks {
 
     /// function_graph's `return_to_handler` (0 if this kernel has none).
     pub(crate) fn graph_handler(&self) -> u64 {
-        self.0[0].load(Ordering::Relaxed)
+        self.0[Self::GRAPH].load(Ordering::Relaxed)
     }
 
     pub(crate) fn contains(&self, ret: u64) -> bool {
