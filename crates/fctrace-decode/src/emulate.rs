@@ -27,6 +27,7 @@
 //! Shared by the kernel module (`rust-kmod/engine/step.rs`) and the host tests.
 
 use crate::decode::{Mem, Seg};
+use core::cell::Cell;
 
 /// The most operations in a program: two for each instruction of a pre-site run (see
 /// [`crate::presite`]; a `pop` is a load and a move of the stack pointer).
@@ -331,6 +332,113 @@ impl Program {
             target,
         }
     }
+}
+
+impl Program {
+    /// Where the call's target was read from: the address of the last 8-byte load of the
+    /// run (the call's own memory operand, `call *0x10(%rax)`, included) that gave the
+    /// target, when the run starts with machine state `m`, with the target. That is the
+    /// slot of the ops table the call goes through (`p->sched_class->enqueue_task`);
+    /// [`table_neighbours`] finds the table's other methods around it. `None` when the
+    /// target is not known, or not a value loaded by the run (a register's value at the
+    /// pre-site).
+    pub fn target_slot<M: Machine>(&self, m: &M) -> Option<(u64, u64)> {
+        let rec = Recorder {
+            m,
+            loads: Cell::new([(0, 0); MAX_OPS + 1]),
+            n: Cell::new(0),
+        };
+        let target = self.run(&rec).target?;
+        let loads = rec.loads.get();
+        let n = rec.n.get().min(loads.len());
+        loads
+            .get(..n)?
+            .iter()
+            .rev()
+            .find(|&&(_, v)| v == target)
+            .map(|&(a, _)| (target, a))
+    }
+}
+
+/// A [`Machine`] that keeps the 8-byte loads made through it (address, value).
+struct Recorder<'a, M: Machine> {
+    m: &'a M,
+    loads: Cell<[(u64, u64); MAX_OPS + 1]>,
+    n: Cell<usize>,
+}
+
+impl<M: Machine> Machine for Recorder<'_, M> {
+    fn reg(&self, r: Reg) -> u64 {
+        self.m.reg(r)
+    }
+
+    fn load(&self, addr: u64, size: u8) -> Option<u64> {
+        let v = self.m.load(addr, size)?;
+        if size == 8 {
+            let mut loads = self.loads.get();
+            let n = self.n.get();
+            if let Some(slot) = loads.get_mut(n) {
+                *slot = (addr, v);
+                self.loads.set(loads);
+                self.n.set(n.saturating_add(1));
+            }
+        }
+        Some(v)
+    }
+
+    fn gs_base(&self) -> Option<u64> {
+        self.m.gs_base()
+    }
+}
+
+/// How far [`table_neighbours`] looks on each side of a slot, in words.
+pub const TABLE_WORDS: u64 = 48;
+
+/// The other methods of the ops table that holds a function pointer at `slot`: the words
+/// of `table` (the object around the slot, as kallsyms knows it: `fair_sched_class`,
+/// `proc_misc_dentry_ops`), at most [`TABLE_WORDS`] on each side of the slot, that
+/// `is_func` says are function starts, the nearest first, alternating sides. Other words
+/// (methods left out, a table's other fields: `owner`, a flag, a name) are passed over.
+/// Tables lie next to each other in memory (the scheduling classes do, with nothing
+/// between them), so the object's bounds are what keeps the scan to one. Fills `out`
+/// and returns how many it holds (0 if `slot` is not in `table`).
+pub fn table_neighbours(
+    slot: u64,
+    table: core::ops::Range<u64>,
+    mut read: impl FnMut(u64) -> Option<u64>,
+    mut is_func: impl FnMut(u64) -> bool,
+    out: &mut [u64],
+) -> usize {
+    if !table.contains(&slot) {
+        return 0;
+    }
+    let mut n = 0usize;
+    for i in 1..=TABLE_WORDS {
+        let off = i.wrapping_mul(8);
+        let up = slot
+            .checked_add(off)
+            .filter(|a| a.checked_add(8).is_some_and(|e| e <= table.end));
+        let down = slot.checked_sub(off).filter(|a| *a >= table.start);
+        if up.is_none() && down.is_none() {
+            break;
+        }
+        for at in [up, down].into_iter().flatten() {
+            let Some(f) = read(at).filter(|&f| f != 0 && is_func(f)) else {
+                continue;
+            };
+            if out.get(..n).is_some_and(|o| o.contains(&f)) {
+                continue;
+            }
+            match out.get_mut(n) {
+                Some(o) => {
+                    *o = f;
+                    n = n.saturating_add(1);
+                }
+                None => return n,
+            }
+        }
+    }
+    n
 }
 
 /// The state at the end of a pre-site run ([`Program::run`]).
@@ -1098,6 +1206,115 @@ mod tests {
         .unwrap();
         let m = machine();
         assert_eq!(p.target(&m), Some(mem(&m, 0x2007 + 0x100) & 0xffff_ffff));
+    }
+
+    #[test]
+    fn target_slot_of_loads() {
+        let m = machine();
+        // mov 0x10(%rax),%r11 ; (call __x86_indirect_thunk_r11): the slot is 0x10(%rax).
+        let p = compile(&[0x4c, 0x8b, 0x58, 0x10], 0x1000, Final::Reg(11)).unwrap();
+        let t = mem(&m, 0x1111 + 0x10);
+        assert_eq!(p.target_slot(&m), Some((t, 0x1111 + 0x10)));
+        // mov %rdi,%rbx ; (call *0x8(%rbx)): the call's own operand.
+        let p = compile(
+            &[0x48, 0x89, 0xfb],
+            0,
+            Final::Mem(Addr {
+                base: Some(3),
+                index: None,
+                disp: 8,
+                gs: false,
+            }),
+        )
+        .unwrap();
+        assert_eq!(p.target_slot(&m), Some((mem(&m, 0x8888 + 8), 0x8888 + 8)));
+        // mov 0x38(%rdi),%rax ; mov 0x10(%rax),%rax: the last load, not the object's.
+        let p = compile(
+            &[0x48, 0x8b, 0x47, 0x38, 0x48, 0x8b, 0x40, 0x10],
+            0,
+            Final::Reg(0),
+        )
+        .unwrap();
+        let obj = mem(&m, 0x8888 + 0x38);
+        let slot = obj.wrapping_add(0x10);
+        assert_eq!(p.target_slot(&m), Some((mem(&m, slot), slot)));
+        // lea 0x10(%rax),%r11: computed, not loaded.
+        let p = compile(&[0x4c, 0x8d, 0x58, 0x10], 0, Final::Reg(11)).unwrap();
+        assert_eq!(p.target(&m), Some(0x1111 + 0x10));
+        assert_eq!(p.target_slot(&m), None);
+        // A 4-byte load whose value is the target is no slot of a table of pointers.
+        // mov 0x10(%rax),%r11d
+        let p = compile(&[0x44, 0x8b, 0x58, 0x10], 0, Final::Reg(11)).unwrap();
+        assert!(p.target(&m).is_some());
+        assert_eq!(p.target_slot(&m), None);
+    }
+
+    /// A `struct sched_class` as it lies in memory: a flag word (`uclamp_enabled`), the
+    /// methods with holes and a data field, then the next table.
+    const BASE: u64 = 0xffff_ffff_8200_0000;
+    const TABLE: [u64; 13] = [
+        0xf000, // the table before
+        1,      // uclamp_enabled
+        0xf100, 0xf200, 0, 0xf300, /* slot */ 0xf400, 0xf500, 0xbeef, 0, 0xf600,
+        0xf700, // the table after
+        0xf800,
+    ];
+
+    fn table_word(a: u64) -> Option<u64> {
+        let i = usize::try_from(a.checked_sub(BASE)? / 8).ok()?;
+        a.is_multiple_of(8).then_some(())?;
+        TABLE.get(i).copied()
+    }
+
+    fn is_func(v: u64) -> bool {
+        (0xf000..0x10000).contains(&v) && v.is_multiple_of(0x100)
+    }
+
+    #[test]
+    fn neighbours_of_a_table() {
+        let slot = BASE + 6 * 8;
+        let table = BASE + 8..BASE + 11 * 8;
+        let mut out = [0u64; 16];
+        let n = table_neighbours(slot, table.clone(), table_word, is_func, &mut out);
+        // Nearest first, alternating sides; past the data field, not past the table.
+        assert_eq!(&out[..n], &[0xf500, 0xf300, 0xf200, 0xf600, 0xf100]);
+        // A smaller buffer keeps the nearest.
+        let mut two = [0u64; 2];
+        assert_eq!(
+            table_neighbours(slot, table.clone(), table_word, is_func, &mut two),
+            2
+        );
+        assert_eq!(two, [0xf500, 0xf300]);
+        // Unreadable memory is passed over; a slot outside the table finds nothing.
+        assert_eq!(
+            table_neighbours(slot, table.clone(), |_| None, is_func, &mut out),
+            0
+        );
+        assert_eq!(
+            table_neighbours(BASE, table, table_word, is_func, &mut out),
+            0
+        );
+        // The whole memory as one table: both neighbours too.
+        let n = table_neighbours(slot, BASE..BASE + 13 * 8, table_word, is_func, &mut out);
+        assert_eq!(n, 8);
+        assert!(out[..n].contains(&0xf000) && out[..n].contains(&0xf800));
+    }
+
+    #[test]
+    fn neighbours_stop_at_the_limit_and_repeat_once() {
+        // A huge object of function pointers: at most TABLE_WORDS on each side; one
+        // function in two slots is listed once.
+        let read = |a: u64| Some(0xf000 + (a / 8) % 40 * 0x100);
+        let mut out = [0u64; 128];
+        let n = table_neighbours(0x10_0000, 0..u64::MAX, read, |_| true, &mut out);
+        // 40 distinct values, the slot's own among them (it lies in other slots too).
+        assert_eq!(n, 40);
+        let seen = &out[..n];
+        for (i, f) in seen.iter().enumerate() {
+            assert!(!seen[..i].contains(f), "{f:#x} twice");
+        }
+        let n = table_neighbours(0x10_0000, 0..u64::MAX, Some, |_| true, &mut out);
+        assert_eq!(n as u64, 2 * TABLE_WORDS);
     }
 
     #[test]

@@ -226,7 +226,7 @@ pub fn post_site(
     let mut j = site.checked_add(1)?;
     loop {
         let cur = insns.get(j)?;
-        if cur.off != end || !cur.steppable || (j > site + 1 && is_target(cur.off)) {
+        if cur.off != end || !cur.steppable || (j > site.saturating_add(1) && is_target(cur.off)) {
             return None;
         }
         end = end.checked_add(u32::from(cur.len))?;

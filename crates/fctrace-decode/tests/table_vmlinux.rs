@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: GPL-2.0
+//! [`table_neighbours`] on the real ops tables of each built kernel, read from its vmlinux
+//! (whose data holds the link-time addresses of the functions it points to).
+//!
+//! From the slot of one method, as a traced call through the table would load it, and
+//! the table's bounds (the ELF symbol's, as kallsyms gives them to the module), the scan
+//! must find the table's other methods and nothing of the tables beside it (the
+//! scheduling classes lie next to each other with nothing between them):
+//!
+//! - `fair_sched_class` from `enqueue_task_fair` (`fork()`'s wake-up of the child): the
+//!   methods the warm runs of the benchmark showed `not followed: atomic`
+//!   (`put_prev_task_fair`, `set_next_task_fair`, `task_dead_fair`) among them;
+//! - `proc_misc_dentry_ops` from `proc_misc_d_delete` (`dput()`): `proc_misc_d_revalidate`.
+//!
+//! Every vmlinux under `${XDG_CACHE_HOME:-$HOME/.cache}/fctrace/build-*/` is checked, or
+//! only `FCTRACE_VMLINUX`. Without any vmlinux the test prints `SKIP: ...` and passes.
+
+mod common;
+
+use fctrace_decode::emulate::{table_neighbours, TABLE_WORDS};
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use std::collections::{HashMap, HashSet};
+
+/// The word at `addr` in any section of the file with data.
+fn word(elf: &object::File, addr: u64) -> Option<u64> {
+    for sec in elf.sections() {
+        let (a, n) = (sec.address(), sec.size());
+        if addr >= a && addr + 8 <= a + n {
+            let d = sec.data().ok()?;
+            let off = (addr - a) as usize;
+            let b = d.get(off..off + 8)?;
+            return Some(u64::from_le_bytes(b.try_into().ok()?));
+        }
+    }
+    None
+}
+
+/// A data object's address and size.
+fn object(elf: &object::File, name: &str) -> Option<(u64, u64)> {
+    elf.symbols()
+        .find(|s| s.name() == Ok(name) && s.kind() == SymbolKind::Data)
+        .map(|s| (s.address(), s.size()))
+}
+
+#[test]
+fn neighbours_in_real_tables() {
+    let paths = common::find_vmlinuxes();
+    if paths.is_empty() {
+        println!("SKIP: no vmlinux built");
+        return;
+    }
+    for path in paths {
+        let data = std::fs::read(&path).expect("read vmlinux");
+        let elf = object::File::parse(&*data).expect("parse vmlinux");
+        let funcs = common::code_functions(&elf, &path);
+        let starts: HashMap<u64, &str> = funcs.funcs.iter().map(|f| (f.addr, f.name)).collect();
+        let is_func = |v: u64| starts.contains_key(&v);
+        // (table, the method called through it, methods the scan must find)
+        let cases: [(&str, &str, &[&str]); 2] = [
+            (
+                "fair_sched_class",
+                "enqueue_task_fair",
+                &[
+                    "put_prev_task_fair",
+                    "set_next_task_fair",
+                    "task_dead_fair",
+                    "dequeue_task_fair",
+                    "task_fork_fair",
+                ],
+            ),
+            (
+                "proc_misc_dentry_ops",
+                "proc_misc_d_delete",
+                &["proc_misc_d_revalidate"],
+            ),
+        ];
+        for (table, called, expect) in cases {
+            let Some((base, size)) = object(&elf, table) else {
+                println!("{}: no {table}, skipped", path.display());
+                continue;
+            };
+            let called_at = funcs.by_name[called];
+            let slot = (base..base + size)
+                .step_by(8)
+                .find(|&a| word(&elf, a) == Some(called_at))
+                .unwrap_or_else(|| panic!("{table} holds no pointer to {called}"));
+            let mut out = [0u64; 2 * TABLE_WORDS as usize];
+            let n = table_neighbours(
+                slot,
+                base..base + size,
+                |a| word(&elf, a),
+                is_func,
+                &mut out,
+            );
+            let found: HashSet<u64> = out[..n].iter().copied().collect();
+            let methods: HashSet<u64> = (base..base + size)
+                .step_by(8)
+                .filter_map(|a| word(&elf, a))
+                .filter(|&v| v != called_at && is_func(v))
+                .collect();
+            let outside: Vec<&str> = found.difference(&methods).map(|v| starts[v]).collect();
+            let missed: Vec<&str> = methods.difference(&found).map(|v| starts[v]).collect();
+            println!(
+                "{}: {table} from {called}: {n} found, {} methods in it, missed {missed:?}, \
+                 outside it {outside:?}",
+                path.display(),
+                methods.len()
+            );
+            for name in expect {
+                let f = funcs.by_name[name];
+                assert!(found.contains(&f), "{table}: {name} not found");
+            }
+            assert!(missed.is_empty(), "{table}: methods not found: {missed:?}");
+            assert!(outside.is_empty(), "{table}: found outside it: {outside:?}");
+        }
+    }
+}
