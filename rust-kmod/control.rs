@@ -249,6 +249,8 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "atomic_calls_queued: {}", n(&s.ahead_queued))?;
     writeln!(t, "atomic_calls_overwritten: {}", n(&s.ahead_overwritten))?;
     writeln!(t, "atomic_arming_pending: {}", tr.ahead_pending())?;
+    writeln!(t, "atomic_tables_read: {}", n(&s.ahead_tables))?;
+    writeln!(t, "atomic_table_methods: {}", n(&s.ahead_methods))?;
     writeln!(t, "functions_armed_ahead: {}", n(&s.armed_ahead))?;
     writeln!(t, "functions_disarmed: {}", n(&s.funcs_disarmed))?;
     writeln!(t, "probe_registrations: {}", n(&s.registrations))?;

@@ -163,12 +163,17 @@ fn stack_word(addr: u64) -> (Option<u64>, u64) {
 /// mapped, read without the no-fault path.
 static KERNEL_TEXT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
-/// Reads code at `addr`: directly in the kernel image's text, else without faulting.
-fn read_text(addr: u64, buf: &mut [u8]) -> bool {
-    let (text, etext) = (
+/// The kernel image's text, `_stext.._etext`.
+fn kernel_text() -> (u64, u64) {
+    (
         KERNEL_TEXT[0].load(Ordering::Relaxed),
         KERNEL_TEXT[1].load(Ordering::Relaxed),
-    );
+    )
+}
+
+/// Reads code at `addr`: directly in the kernel image's text, else without faulting.
+fn read_text(addr: u64, buf: &mut [u8]) -> bool {
+    let (text, etext) = kernel_text();
     if addr >= text && addr.saturating_add(buf.len() as u64) <= etext {
         // SAFETY: the kernel image's text is mapped and readable for as long as the
         // kernel runs; `buf` is a distinct, writable buffer of that length.
@@ -208,6 +213,10 @@ pub(crate) struct Stats {
     pub(crate) ahead_queued: AtomicU64,
     /// Queued calls a later one replaced in the queue before the work item took them.
     pub(crate) ahead_overwritten: AtomicU64,
+    /// Ops tables read for the other methods of a function called through them in
+    /// atomic context, and the methods found there not armed yet (`wait.rs`).
+    pub(crate) ahead_tables: AtomicU64,
+    pub(crate) ahead_methods: AtomicU64,
     pub(crate) redirects: AtomicU64,
     /// Tasks that reached the trampoline with EFLAGS.AC or DF set (must stay 0).
     pub(crate) unsafe_flags: AtomicU64,

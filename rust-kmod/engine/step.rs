@@ -253,17 +253,15 @@ impl Tracer {
         };
         // The target, computed before the run executes: an armed function whose entry hook
         // is in place draws the call itself.
-        if let Some(t) = site
-            .prog
-            .filter(|_| site.post == 0)
-            .and_then(|p| p.target(&PreSiteRegs(regs)))
-        {
+        let prog = site.prog.filter(|_| site.post == 0);
+        if let Some((p, t)) = prog.and_then(|p| Some((p, p.target(&PreSiteRegs(regs))?))) {
             let tail = !matches!(site.kind, SiteKind::Call(_));
             // An indirect jump inside the function: a jump table.
             if tail && t >= site.func && t < site.func_end {
                 return 0;
             }
-            if self.hooks.bits(t) & HOOK_LIVE != 0 && self.table.lookup(t) == FuncState::Armed {
+            let state = self.table.lookup(t);
+            if self.hooks.bits(t) & HOOK_LIVE != 0 && state == FuncState::Armed {
                 d.expect = Some(Expect {
                     site: site.addr,
                     ret: site.addr + u64::from(site.len),
@@ -272,6 +270,15 @@ impl Tracer {
                 });
                 self.stats.presite_computed.fetch_add(1, Ordering::Relaxed);
                 return 0;
+            }
+            // A method of an ops table not armed yet, called where the task cannot wait
+            // for it (the call site's handler queues it for arming ahead): the table's
+            // other methods are likely next (a scheduling class's), and are armed
+            // ahead with it.
+            if state == FuncState::Unknown && !cur.sleepable {
+                if let Some((_, slot)) = p.target_slot(&PreSiteRegs(regs)) {
+                    self.want_table(slot);
+                }
             }
         }
         self.step_to_site(d, site, regs, via)

@@ -7,9 +7,11 @@
 
 use super::table::{FuncState, HOOK_ENTRY, HOOK_PROBE};
 use super::tree::{current_ids, Cur, TaskData};
-use super::{clock_ns, this_cpu, tracer, Tracer, TracerInner, MAX_TASKS};
+use super::{clock_ns, kernel_text, read_word, this_cpu, tracer, Tracer, TracerInner, MAX_TASKS};
 use crate::bindings;
+use crate::emulate;
 use crate::kprobe;
+use crate::ksym::SymBuf;
 use crate::parse::OptionName;
 use crate::record::Reason;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -18,6 +20,11 @@ use kernel::prelude::*;
 
 /// Functions waiting to be armed ahead.
 const WANTED: usize = 256;
+/// Ops tables waiting to be read for arming ahead (`Tracer::want_table`).
+const TABLES: usize = 16;
+/// The largest object read as an ops table (`struct sched_class` is 232 bytes, `struct
+/// file_operations` 272).
+const TABLE_MAX: u64 = 1024;
 /// The most functions one round of arming ahead adds (a callee closure is cut there).
 const AHEAD_BUDGET: usize = 256;
 /// How many levels of direct callees are armed ahead below a function first called in
@@ -55,6 +62,10 @@ pub(crate) struct Waits {
     /// arm ahead (0 = free slot). Written by handlers, drained by the work item.
     wanted: [AtomicU64; WANTED],
     wanted_next: AtomicUsize,
+    /// Slots of ops tables a function not armed yet was called through in atomic context
+    /// (0 = free): the table's other methods are armed ahead too. Written by handlers,
+    /// drained by the work item.
+    tables: [AtomicU64; TABLES],
     /// The work item is arming what it took from `wanted` (counted as pending).
     ahead_busy: AtomicBool,
     /// `lossless`: the readers' progress count ([`reader_progress`]) when a task last gave
@@ -69,6 +80,7 @@ impl Waits {
             requests: [const { AtomicU64::new(0) }; MAX_TASKS],
             wanted: [const { AtomicU64::new(0) }; WANTED],
             wanted_next: AtomicUsize::new(0),
+            tables: [const { AtomicU64::new(0) }; TABLES],
             ahead_busy: AtomicBool::new(false),
             stalled_at: AtomicU64::new(u64::MAX),
         }
@@ -86,7 +98,10 @@ impl Waits {
 
     /// Drops what is queued for arming ahead (tracing stopped).
     pub(crate) fn clear_wanted(&self) {
-        for w in &self.wanted {
+        for w in self.wanted.iter() {
+            w.store(0, Ordering::Relaxed);
+        }
+        for w in self.tables.iter() {
             w.store(0, Ordering::Relaxed);
         }
     }
@@ -258,16 +273,81 @@ impl Tracer {
         queued
     }
 
-    /// Functions queued for arming ahead and not armed yet, plus one while the work item
-    /// is arming a batch it took from the queue (for `stats`: 0 means arming ahead is
-    /// done; on a slow kernel a batch takes seconds).
+    /// Asks the work item to arm ahead the other methods of the ops table whose slot
+    /// `slot` a function not armed yet was just loaded from, to be called in atomic
+    /// context (`step.rs`): the scheduling class's `put_prev_task_fair()` after its
+    /// `enqueue_task_fair()`, a `dentry_operations`' `d_revalidate` after its `d_delete`.
+    /// A table queued already, or a full queue, is left alone. Safe in any context.
+    pub(crate) fn want_table(&self, slot: u64) {
+        let w = &self.waits;
+        if slot == 0 || w.tables.iter().any(|x| x.load(Ordering::Relaxed) == slot) {
+            return;
+        }
+        let queued = w.tables.iter().any(|x| {
+            x.compare_exchange(0, slot, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        });
+        if queued {
+            self.kick_work();
+        }
+    }
+
+    /// Functions and ops tables queued for arming ahead and not armed yet, plus one while
+    /// the work item is arming a batch it took from the queue (for `stats`: 0 means
+    /// arming ahead is done; on a slow kernel a batch takes seconds).
     pub(crate) fn ahead_pending(&self) -> usize {
         let w = &self.waits;
-        w.wanted
-            .iter()
-            .filter(|x| x.load(Ordering::Relaxed) != 0)
-            .count()
-            + usize::from(w.ahead_busy.load(Ordering::Acquire))
+        let queued = |q: &[AtomicU64]| q.iter().filter(|x| x.load(Ordering::Relaxed) != 0).count();
+        queued(&w.wanted) + queued(&w.tables) + usize::from(w.ahead_busy.load(Ordering::Acquire))
+    }
+
+    /// Adds to `todo` (at level 1: their callees are a closure's) the methods not armed
+    /// yet of the ops tables queued by [`Tracer::want_table`]: the words of the table's
+    /// object (its bounds from kallsyms, which knows data objects with
+    /// `CONFIG_KALLSYMS_ALL`; without, no table is read) that are function starts in the
+    /// kernel's text. In the work item.
+    fn table_methods(&self, todo: &mut KVec<(u64, u8)>) {
+        let Ok(mut sym) = SymBuf::new() else {
+            return;
+        };
+        let (text, etext) = kernel_text();
+        for w in &self.waits.tables {
+            let slot = w.swap(0, Ordering::AcqRel);
+            if slot == 0 || (text..etext).contains(&slot) {
+                continue;
+            }
+            let Some((offset, size)) = sym.lookup(slot).map(|o| (o.offset, o.size)) else {
+                continue;
+            };
+            if size == 0 || size > TABLE_MAX || offset >= size {
+                continue;
+            }
+            let start = slot - offset;
+            let table = start..start + size;
+            self.stats.ahead_tables.fetch_add(1, Ordering::Relaxed);
+            let mut found = [0u64; 2 * emulate::TABLE_WORDS as usize];
+            let n = emulate::table_neighbours(
+                slot,
+                table,
+                read_word,
+                |f| {
+                    (text..etext).contains(&f)
+                        && sym
+                            .lookup(f)
+                            .is_some_and(|s| s.offset == 0 && s.module.is_none())
+                },
+                &mut found,
+            );
+            for &f in found.iter().take(n) {
+                if self.table.lookup(f) != FuncState::Unknown || todo.iter().any(|&(c, _)| c == f) {
+                    continue;
+                }
+                if todo.push((f, 1), GFP_KERNEL).is_err() {
+                    return;
+                }
+                self.stats.ahead_methods.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Arms what handlers queued, with the closure of its direct callees (the calls it
@@ -291,6 +371,7 @@ impl Tracer {
                 w.store(t, Ordering::Release);
             }
         }
+        self.table_methods(&mut todo);
         let mut armed = 0usize;
         // Breadth first: the nearest callees are the likeliest to run next; the queued
         // functions (level 0) come before any callee.

@@ -343,28 +343,27 @@ impl Program {
     /// target is not known, or not a value loaded by the run (a register's value at the
     /// pre-site).
     pub fn target_slot<M: Machine>(&self, m: &M) -> Option<(u64, u64)> {
+        let target = self.run(m).target?;
+        // Run again, keeping the loads that give the target: the same run on the same
+        // state (a handler's registers, memory that does not change under it).
         let rec = Recorder {
             m,
-            loads: Cell::new([(0, 0); MAX_OPS + 1]),
-            n: Cell::new(0),
+            want: target,
+            slot: Cell::new(None),
         };
-        let target = self.run(&rec).target?;
-        let loads = rec.loads.get();
-        let n = rec.n.get().min(loads.len());
-        loads
-            .get(..n)?
-            .iter()
-            .rev()
-            .find(|&&(_, v)| v == target)
-            .map(|&(a, _)| (target, a))
+        (self.run(&rec).target == Some(target))
+            .then(|| rec.slot.get())
+            .flatten()
+            .map(|slot| (target, slot))
     }
 }
 
-/// A [`Machine`] that keeps the 8-byte loads made through it (address, value).
+/// A [`Machine`] that keeps the address of the last 8-byte load made through it that gave
+/// `want`.
 struct Recorder<'a, M: Machine> {
     m: &'a M,
-    loads: Cell<[(u64, u64); MAX_OPS + 1]>,
-    n: Cell<usize>,
+    want: u64,
+    slot: Cell<Option<u64>>,
 }
 
 impl<M: Machine> Machine for Recorder<'_, M> {
@@ -374,14 +373,8 @@ impl<M: Machine> Machine for Recorder<'_, M> {
 
     fn load(&self, addr: u64, size: u8) -> Option<u64> {
         let v = self.m.load(addr, size)?;
-        if size == 8 {
-            let mut loads = self.loads.get();
-            let n = self.n.get();
-            if let Some(slot) = loads.get_mut(n) {
-                *slot = (addr, v);
-                self.loads.set(loads);
-                self.n.set(n.saturating_add(1));
-            }
+        if size == 8 && v == self.want {
+            self.slot.set(Some(addr));
         }
         Some(v)
     }
