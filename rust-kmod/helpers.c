@@ -552,32 +552,26 @@ void fctrace_arm_wake(void)
 }
 
 /*
- * The return address function_graph saved for the current task's frame whose return
- * address sits at @retp (it put @handler, return_to_handler, there), 0 if none is found.
- * ftrace_graph_ret_addr() does this but is not exported: this looks for the saved
- * struct ftrace_ret_stack whose retp is @retp among the newest words of the task's
- * shadow stack (bounded; the frame looked for was pushed last, at the entry of the
- * function being probed). As there, an entry that saved @handler itself is passed over:
- * a tail call (pgd_free() jumping to free_pages()) leaves one return address on the
- * stack and two entries with that retp on the shadow stack, the newer one holding
- * @handler, the older one the real return address.
+ * The current task's function_graph shadow stack: its words in use (*top of them) and
+ * where, in a struct ftrace_ret_stack, retp lies after the saved return address
+ * (*retp_off words). NULL if it has none. The lookup itself is Rust's
+ * (graph_saved_ret() in crates/fctrace-core/src/retstack.rs, host-tested).
  */
-unsigned long fctrace_graph_ret_addr(unsigned long retp, unsigned long handler)
+const unsigned long *fctrace_graph_ret_stack(int *top, int *retp_off)
 {
 #ifdef CONFIG_FUNCTION_GRAPH_TRACER
-	const int off = offsetof(struct ftrace_ret_stack, retp) / sizeof(long);
 	unsigned long *rs = READ_ONCE(current->ret_stack);
-	int top = READ_ONCE(current->curr_ret_stack);
-	int i;
+	int n = READ_ONCE(current->curr_ret_stack);
 
-	if (!rs || top <= 0 || top > (int)(PAGE_SIZE / sizeof(long)))
-		return 0;
-	for (i = top - 1; i >= off && i >= top - 64; i--) {
-		if (rs[i] == retp && rs[i - off] != handler)
-			return rs[i - off];
-	}
+	*retp_off = (offsetof(struct ftrace_ret_stack, retp) -
+		     offsetof(struct ftrace_ret_stack, ret)) / sizeof(long);
+	if (!rs || n <= 0 || n > (int)(PAGE_SIZE / sizeof(long)))
+		return NULL;
+	*top = n;
+	return rs;
+#else
+	return NULL;
 #endif
-	return 0;
 }
 
 /* Hooked returns: see helpers.h and engine/returns.rs. */

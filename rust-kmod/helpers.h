@@ -31,7 +31,7 @@ struct trace_buffer *fctrace_rb_alloc(unsigned long size);
 #define FCTRACE_VIA_DIE 0x10000
 int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bool irqs,
 			 bool *sleepable);
-unsigned long fctrace_graph_ret_addr(unsigned long retp, unsigned long handler);
+const unsigned long *fctrace_graph_ret_stack(int *top, int *retp_off);
 
 void fctrace_current_ids(u32 *pid, u32 *tgid);
 void fctrace_current_comm(u8 *comm16);

@@ -36,6 +36,7 @@ use super::{read_text, stack_word, tracer, Tracer, MAX_FRAMES};
 use crate::bindings;
 use crate::parse::OptionName;
 use crate::record::{Reason, F_INDIRECT, F_TAIL};
+use crate::retstack;
 use core::sync::atomic::Ordering;
 use kernel::ffi::c_int;
 
@@ -167,10 +168,8 @@ impl Tracer {
         let mut ret = word;
         if ours.is_none() && self.ret_hooks.contains(ret) {
             let handler = self.ret_hooks.graph_handler();
-            // SAFETY: a C helper reading the current task's own function_graph stack.
-            let saved =
-                unsafe { bindings::fctrace_graph_ret_addr(entry_sp as _, handler as _) } as u64;
-            if saved != 0 && !self.ret_hooks.contains(saved) {
+            let saved = graph_saved_ret(entry_sp, handler);
+            if let Some(saved) = saved.filter(|&s| !self.ret_hooks.contains(s)) {
                 ret = saved;
             }
         }
@@ -311,4 +310,23 @@ impl Tracer {
         }
         0
     }
+}
+
+/// The return address function_graph saved for the current task's frame whose return
+/// address sits at `retp` (where it put its `handler`), from the task's function_graph
+/// shadow stack (see [`retstack::graph_saved_ret`]).
+fn graph_saved_ret(retp: u64, handler: u64) -> Option<u64> {
+    let (mut top, mut off) = (0, 0);
+    // SAFETY: a C accessor of the current task's own fields.
+    let rs = unsafe { bindings::fctrace_graph_ret_stack(&mut top, &mut off) };
+    if rs.is_null() {
+        return None;
+    }
+    // SAFETY: `rs` is the current task's function_graph shadow stack, a page allocated
+    // while the task lives, and `top` (at most a page of words, checked by the helper)
+    // words of it are in use: the entries of the task's open frames. Only the task
+    // writes them (an interrupt on its CPU pushes its entries above `top` and pops them
+    // before it returns), and we run in the task, in a handler of one of its functions.
+    let words = unsafe { core::slice::from_raw_parts(rs.cast::<u64>(), top as usize) };
+    retstack::graph_saved_ret(words, off as usize, retp, handler)
 }

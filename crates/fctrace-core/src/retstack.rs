@@ -168,6 +168,31 @@ impl RetStack {
     }
 }
 
+/// How many of the newest words of function_graph's shadow stack [`graph_saved_ret`]
+/// looks at: the frame looked for was pushed last, at the entry of the function being
+/// probed (a few entries of a few words each).
+pub const GRAPH_WINDOW: usize = 64;
+
+/// The return address function_graph saved for the frame whose return address sits at
+/// `retp` (where it put its `handler`, `return_to_handler`), from the words of a task's
+/// function_graph shadow stack (`current->ret_stack`, the words in use), in which each
+/// `struct ftrace_ret_stack` holds the saved return address `retp_off` words before its
+/// `retp`. `None` if no entry of the newest [`GRAPH_WINDOW`] words is that frame's.
+///
+/// The kernel's `ftrace_graph_ret_addr()` does this but is not exported. As there, an
+/// entry that saved `handler` itself is passed over: a tail call (`pgd_free()` jumping to
+/// `free_pages()`) leaves one return address on the stack and two entries with that
+/// `retp`, the newer one holding `handler` (function_graph's entry of the jumped-to
+/// function found its own handler there), the older one the real return address.
+pub fn graph_saved_ret(words: &[u64], retp_off: usize, retp: u64, handler: u64) -> Option<u64> {
+    let low = words.len().saturating_sub(GRAPH_WINDOW).max(retp_off);
+    (low..words.len())
+        .rev()
+        .filter(|&i| words.get(i) == Some(&retp))
+        .filter_map(|i| words.get(i.checked_sub(retp_off)?).copied())
+        .find(|&saved| saved != handler)
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -294,5 +319,50 @@ mod tests {
         assert_eq!(s.find(0xf00), Some(0xb));
         s.clear();
         assert!(s.is_empty());
+    }
+
+    /// One frame of function_graph's shadow stack as Linux 6.12 lays it out on x86-64:
+    /// `struct ftrace_ret_stack { ret, func, retp }`, then the frame's offset word.
+    fn graph_frame(words: &mut Vec<u64>, ret: u64, func: u64, retp: u64) {
+        words.extend([ret, func, retp, 4]);
+    }
+
+    const HANDLER: u64 = 0xffff_ffff_8100_0000;
+
+    #[test]
+    fn graph_saved_ret_of_a_frame() {
+        let mut w = Vec::new();
+        graph_frame(&mut w, 0xa1, 0xf1, 0xc000);
+        graph_frame(&mut w, 0xa2, 0xf2, 0xbf00);
+        assert_eq!(graph_saved_ret(&w, 2, 0xbf00, HANDLER), Some(0xa2));
+        assert_eq!(graph_saved_ret(&w, 2, 0xc000, HANDLER), Some(0xa1));
+        assert_eq!(graph_saved_ret(&w, 2, 0xbe00, HANDLER), None);
+        assert_eq!(graph_saved_ret(&[], 2, 0xbf00, HANDLER), None);
+    }
+
+    #[test]
+    fn graph_saved_ret_passes_over_a_tail_call_entry() {
+        // pgd_free() (entered with return address 0xa2 at 0xbf00) jumps to free_pages():
+        // function_graph's entry of free_pages() found its handler at 0xbf00 and saved it.
+        let mut w = Vec::new();
+        graph_frame(&mut w, 0xa1, 0xf1, 0xc000);
+        graph_frame(&mut w, 0xa2, 0xf2, 0xbf00);
+        graph_frame(&mut w, HANDLER, 0xf3, 0xbf00);
+        assert_eq!(graph_saved_ret(&w, 2, 0xbf00, HANDLER), Some(0xa2));
+        // (Taking the newest entry, as the helper once did, gives the handler.)
+        assert_eq!(w[w.len() - 2 - 2], HANDLER);
+    }
+
+    #[test]
+    fn graph_saved_ret_looks_only_at_the_newest_words() {
+        let mut w = Vec::new();
+        graph_frame(&mut w, 0xa1, 0xf1, 0xc000);
+        for k in 0..GRAPH_WINDOW as u64 / 4 {
+            graph_frame(&mut w, 0xb0 + k, 0xf0, 0xb000 - 8 * k);
+        }
+        assert_eq!(graph_saved_ret(&w, 2, 0xc000, HANDLER), None);
+        assert_eq!(graph_saved_ret(&w, 2, 0xb000, HANDLER), Some(0xb0));
+        // The saved word of the oldest entry in reach is not before the slice's start.
+        assert_eq!(graph_saved_ret(&[0xbf00, 0, 0], 2, 0xbf00, HANDLER), None);
     }
 }
