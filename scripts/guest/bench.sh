@@ -302,6 +302,8 @@ cold() { # name roots cmd...
         "ftrace=$(oracle_seq /tmp/cold.ft1 $P2 "$roots" | wc -l) agreement=$pct ftrace_ftrace=$noise" \
         "atomic=$(atomic_funcs /tmp/cold.fct) warm_atomic=$(atomic_funcs /tmp/cold.warm)"
     grep -o 'not followed: [a-z_ ]*' /tmp/cold.fct | sort | uniq -c | sed 's/^/# cold '"$name"': /'
+    echo "# cold $name: not followed: atomic: $(grep 'not followed: atomic' /tmp/cold.fct |
+        sed 's/.*|  *//; s/(.*//' | sort | uniq -c | awk '{ printf "%s(%s) ", $2, $1 }')"
     grep -B2 'not followed: atomic' /tmp/cold.warm | sed 's/^/# warm '"$name"': /'
 }
 
