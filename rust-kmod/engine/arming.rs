@@ -9,7 +9,7 @@ use super::static_call::EntryKind;
 use super::table::{
     EntryId, FuncState, BELOW_ALL, HOOK_ENTRY, HOOK_LIVE, HOOK_NONE, HOOK_PROBE, HOOK_TAIL,
 };
-use super::{read_kernel, timed, Tracer, TracerInner};
+use super::{kernel_text, read_kernel, timed, Tracer, TracerInner};
 use crate::decode::{self, Flow};
 use crate::emulate;
 use crate::kprobe::{Probe, ProbeSet};
@@ -123,6 +123,11 @@ pub(crate) struct Func {
     pub(crate) end: u64,
     /// Its direct callees with an entry hook (their call sites carry no probe).
     pub(crate) hooked_callees: KVec<u64>,
+    /// The targets of its calls through global function pointers, read when it was armed
+    /// (`smp_ops.send_reschedule`, `x86_platform`'s methods; see `fixed_target`): armed
+    /// ahead with its direct callees. The calls themselves stay indirect (their sites'
+    /// handlers see the target each call goes to).
+    pub(crate) fixed_callees: KVec<u64>,
 }
 
 impl Func {
@@ -133,8 +138,63 @@ impl Func {
             .iter()
             .filter(|s| !s.data.at_post)
             .filter_map(|s| s.data.kind.direct_callee());
-        Iterator::chain(probed, self.hooked_callees.iter().copied())
+        let fixed = self.fixed_callees.iter().copied();
+        Iterator::chain(
+            Iterator::chain(probed, self.hooked_callees.iter().copied()),
+            fixed,
+        )
     }
+}
+
+/// Kernel memory, as a program computing a call's target without registers reads it
+/// ([`emulate::Program::static_target`]).
+struct KernelMemory;
+
+impl emulate::Machine for KernelMemory {
+    fn reg(&self, _: emulate::Reg) -> u64 {
+        0
+    }
+
+    fn load(&self, addr: u64, size: u8) -> Option<u64> {
+        let mut b = [0u8; 8];
+        let n = usize::from(size).min(8);
+        read_kernel(addr, &mut b[..n]).then(|| u64::from_le_bytes(b))
+    }
+
+    fn gs_base(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// The target of the indirect call or jump at offset `off` of the function at `start`
+/// (`code` its bytes, `steps` its instructions), going through `fin`, when it depends on
+/// no register nor per-CPU value: a global function pointer's value, read now. `run`: the
+/// first offset of the longest straight run before the site (`presite::straight_run`);
+/// the program of the longest of its tails that compiles is evaluated (the site alone at
+/// the least: `call *smp_ops+0x28(%rip)`).
+fn fixed_target(
+    code: &[u8],
+    start: u64,
+    steps: &[presite::Insn],
+    run: Option<u32>,
+    off: u32,
+    fin: emulate::Final,
+) -> Option<u64> {
+    let first = run.unwrap_or(off);
+    let starts = steps
+        .iter()
+        .map(|s| s.off)
+        .filter(|&o| o >= first && o < off);
+    Iterator::chain(starts, [off])
+        .find_map(|p| {
+            emulate::compile(
+                code.get(p as usize..off as usize)?,
+                start + u64::from(p),
+                fin,
+            )
+        })?
+        .static_target(&KernelMemory)
+        .filter(|&t| t != 0)
 }
 
 impl Tracer {
@@ -375,6 +435,8 @@ impl Tracer {
         let mut steps: KVVec<presite::Insn> = KVVec::new();
         let mut jump_targets: KVVec<u32> = KVVec::new();
         let mut leaf_callees: KVec<u64> = KVec::new();
+        // Targets of calls through global function pointers (pass 1).
+        let mut fixed: KVec<u64> = KVec::new();
         let mut body = fentry;
         // kprobes optimizes no probe in a function with an exception table entry: there a
         // pre-site would stay a breakpoint, and cost the traced task single steps too.
@@ -463,6 +525,17 @@ impl Tracer {
                             .direct_callee()
                             .is_some_and(|c| self.preempt.is_schedule(c));
                     let is_target = |o: u32| jump_targets.binary_search(&o).is_ok();
+                    // A call through a global function pointer (`smp_ops`): its target,
+                    // read now, is a callee for arming ahead (`Func::fixed_callees`).
+                    if let Some(fin) = kind.indirect_final(addr + u64::from(insn.len)) {
+                        let run = presites_ok
+                            .then(|| presite::straight_run(&steps, this, body, is_target))
+                            .flatten()
+                            .filter(|_| steps.get(this).is_some_and(|s| s.off == off));
+                        if let Some(t) = fixed_target(&code, start, &steps, run, off, fin) {
+                            let _ = fixed.push(t, GFP_KERNEL);
+                        }
+                    }
                     // Any other direct call of a function without an entry hook: from its
                     // pre-site and post-site where it has both (two jumps to detours for
                     // every task instead of a trap), else a breakpoint. Not where the
@@ -603,12 +676,25 @@ impl Tracer {
                 let _ = hooked_callees.push(c, GFP_KERNEL);
             }
         }
+        // Only function starts in the kernel's text (a pointer not set yet reads 0).
+        let (text, etext) = kernel_text();
+        let mut fixed_callees = KVec::new();
+        for &t in fixed.iter() {
+            if (text..etext).contains(&t)
+                && !fixed_callees.contains(&t)
+                && sym.lookup(t).is_some_and(|s| s.offset == 0)
+                && fixed_callees.push(t, GFP_KERNEL).is_err()
+            {
+                break;
+            }
+        }
         let mut func = Func {
             sites: ProbeSet::new(sites),
             entry: 0,
             pinned: false,
             end,
             hooked_callees,
+            fixed_callees,
         };
         // Direct calls and tail calls from sites kprobes refused (static calls): their
         // callees get a kprobe at their entry (see `static_call.rs`).

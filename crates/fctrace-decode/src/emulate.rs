@@ -222,11 +222,28 @@ impl Program {
     /// alone or computes it from known values (and loads that do not fail); the others
     /// are unknown, as is a target that depends on one.
     pub fn run<M: Machine>(&self, m: &M) -> End {
+        self.run_from(m, 0xffff)
+    }
+
+    /// The target when it depends on no register nor per-CPU value, only on constants and
+    /// memory at fixed addresses: a call through a global function pointer (`call
+    /// *smp_ops+0x28(%rip)`, `mov apic(%rip),%rax; call *0x30(%rax)`), whose target can
+    /// be read before any task makes the call (when its function is armed). `None` when
+    /// it needs a register, `gs`, or a read that fails. `m`'s registers are not read.
+    pub fn static_target<M: Machine>(&self, m: &M) -> Option<u64> {
+        self.run_from(&Fixed(m), 0).target
+    }
+
+    /// [`Program::run`] with only the registers of `known` (a bit per register) known at
+    /// the start.
+    fn run_from<M: Machine>(&self, m: &M, known: u16) -> End {
         let mut regs = [0u64; 16];
-        for (r, v) in (0u8..).zip(regs.iter_mut()) {
-            *v = m.reg(r);
+        if known != 0 {
+            for (r, v) in (0u8..).zip(regs.iter_mut()) {
+                *v = m.reg(r);
+            }
         }
-        let mut known: u16 = 0xffff;
+        let mut known: u16 = known;
         let get = |regs: &[u64; 16], known: u16, r: Reg| -> Option<u64> {
             if known & (1u16 << (r & 15)) == 0 {
                 return None;
@@ -355,6 +372,23 @@ impl Program {
             .then(|| rec.slot.get())
             .flatten()
             .map(|slot| (target, slot))
+    }
+}
+
+/// A [`Machine`] without per-CPU data ([`Program::static_target`]).
+struct Fixed<'a, M: Machine>(&'a M);
+
+impl<M: Machine> Machine for Fixed<'_, M> {
+    fn reg(&self, _: Reg) -> u64 {
+        0
+    }
+
+    fn load(&self, addr: u64, size: u8) -> Option<u64> {
+        self.0.load(addr, size)
+    }
+
+    fn gs_base(&self) -> Option<u64> {
+        None
     }
 }
 
@@ -1240,6 +1274,51 @@ mod tests {
         let p = compile(&[0x44, 0x8b, 0x58, 0x10], 0, Final::Reg(11)).unwrap();
         assert!(p.target(&m).is_some());
         assert_eq!(p.target_slot(&m), None);
+    }
+
+    #[test]
+    fn static_targets_need_no_register() {
+        let m = machine();
+        // jmp *0x100(%rip) at 0x2000 (6 bytes), no run: a global's value.
+        let g = Final::Mem(Addr {
+            base: None,
+            index: None,
+            disp: 0x2106,
+            gs: false,
+        });
+        let p = compile(&[], 0x2000, g).unwrap();
+        assert_eq!(p.static_target(&m), Some(mem(&m, 0x2106)));
+        // mov 0x100(%rip),%rax at 0x2000 ; (call *0x30(%rax)): through a global pointer.
+        let p = compile(
+            &[0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00],
+            0x2000,
+            Final::Mem(Addr {
+                base: Some(0),
+                index: None,
+                disp: 0x30,
+                gs: false,
+            }),
+        )
+        .unwrap();
+        let ops = mem(&m, 0x2107);
+        assert_eq!(p.static_target(&m), Some(mem(&m, ops.wrapping_add(0x30))));
+        // mov 0x10(%rax),%r11: needs %rax.
+        let p = compile(&[0x4c, 0x8b, 0x58, 0x10], 0, Final::Reg(11)).unwrap();
+        assert!(p.target(&m).is_some());
+        assert_eq!(p.static_target(&m), None);
+        // mov %gs:0x20,%rax ; (call *%rax): per-CPU.
+        let run = [0x65, 0x48, 0x8b, 0x04, 0x25, 0x20, 0x00, 0x00, 0x00];
+        let p = compile(&run, 0, Final::Reg(0)).unwrap();
+        assert!(p.target(&m).is_some());
+        assert_eq!(p.static_target(&m), None);
+        // mov $imm,%rax ; (call *%rax) (a constant): known too.
+        let p = compile(
+            &[0x48, 0xc7, 0xc0, 0x00, 0x10, 0x00, 0x00],
+            0,
+            Final::Reg(0),
+        )
+        .unwrap();
+        assert_eq!(p.static_target(&m), Some(0x1000));
     }
 
     /// A `struct sched_class` as it lies in memory: a flag word (`uclamp_enabled`), the

@@ -199,6 +199,40 @@ pub fn pre_site(
     }
 }
 
+/// The longest straight run before the call site `insns[site]`, for computing its target
+/// without running it (`emulate::Program::static_target`): the offset of the first
+/// instruction of the longest `insns[j..site]` (at most [`MAX_INSNS`]) whose instructions
+/// are [`steppable`] (none branches) and start at or after `min_off`, and such that no
+/// branch of the function lands on any of `insns[j + 1..=site]`; the site's own offset
+/// when there is none (the target then comes from the site's operand alone).
+pub fn straight_run(
+    insns: &[Insn],
+    site: usize,
+    min_off: u32,
+    is_target: impl Fn(u32) -> bool,
+) -> Option<u32> {
+    let mut j = site;
+    let mut first = insns.get(site)?.off;
+    for _ in 0..MAX_INSNS {
+        let Some(cur) = insns.get(j) else { break };
+        if is_target(cur.off) {
+            break;
+        }
+        let Some(prev) = j.checked_sub(1).and_then(|k| insns.get(k)) else {
+            break;
+        };
+        if !prev.steppable
+            || prev.off < min_off
+            || prev.off.checked_add(u32::from(prev.len)) != Some(cur.off)
+        {
+            break;
+        }
+        j = j.saturating_sub(1);
+        first = prev.off;
+    }
+    Some(first)
+}
+
 /// The post-site of the call site `insns[site]`: the offset of the instruction the call
 /// returns to, when the run `insns[site + 1..j]` that starts there can carry an optimized
 /// probe: at least [`JUMP_LEN`] bytes of [`steppable`] instructions (what kprobes can

@@ -616,6 +616,27 @@ fn steppable_instructions() {
 }
 
 #[test]
+fn straight_runs() {
+    use fctrace_decode::presite::straight_run;
+    // push %rbx; nopl 0x0(%rax,%rax,1); mov %r12,%rdi; mov 0x28(%rbx),%rax; call *%rax
+    let code = [
+        0x53, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0x4c, 0x89, 0xe7, 0x48, 0x8b, 0x43, 0x28, 0xff, 0xd0,
+    ];
+    let s = steps(&code);
+    // The longest run, not the shortest.
+    assert_eq!(straight_run(&s, 4, 0, |_| false), Some(0));
+    // Not before the ftrace site; not across a branch target.
+    assert_eq!(straight_run(&s, 4, 1, |_| false), Some(1));
+    assert_eq!(straight_run(&s, 4, 0, |o| o == 6), Some(6));
+    // A branch to the site itself: the site alone.
+    assert_eq!(straight_run(&s, 4, 0, |o| o == 13), Some(13));
+    // Not across a call: call rel32; mov 0x28(%rbx),%rax; call *%rax
+    let code = [0xe8, 0, 0, 0, 0, 0x48, 0x8b, 0x43, 0x28, 0xff, 0xd0];
+    let s = steps(&code);
+    assert_eq!(straight_run(&s, 2, 0, |_| false), Some(5));
+}
+
+#[test]
 fn pre_site_runs() {
     use fctrace_decode::presite::pre_site;
     // mov %r12,%rdi; mov 0x28(%rbx),%rax; call *%rax

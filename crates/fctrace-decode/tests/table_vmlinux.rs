@@ -12,12 +12,20 @@
 //!   (`put_prev_task_fair`, `set_next_task_fair`, `task_dead_fair`) among them;
 //! - `proc_misc_dentry_ops` from `proc_misc_d_delete` (`dput()`): `proc_misc_d_revalidate`.
 //!
+//! And [`Program::static_target`] on every indirect call and jump of each kernel: the
+//! target read from the file's data when it depends on no register (a global function
+//! pointer, `smp_ops.send_reschedule`): what the module adds to a function's callees when
+//! it arms it. Most such targets must be function starts, and `resched_curr()`'s call of
+//! `native_smp_send_reschedule()` must be among them.
+//!
 //! Every vmlinux under `${XDG_CACHE_HOME:-$HOME/.cache}/fctrace/build-*/` is checked, or
 //! only `FCTRACE_VMLINUX`. Without any vmlinux the test prints `SKIP: ...` and passes.
 
 mod common;
 
-use fctrace_decode::emulate::{table_neighbours, TABLE_WORDS};
+use fctrace_decode::emulate::{compile, table_neighbours, Addr, Final, Machine, Reg, TABLE_WORDS};
+use fctrace_decode::presite::straight_run;
+use fctrace_decode::Flow;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::collections::{HashMap, HashSet};
 
@@ -112,6 +120,135 @@ fn neighbours_in_real_tables() {
             }
             assert!(missed.is_empty(), "{table}: methods not found: {missed:?}");
             assert!(outside.is_empty(), "{table}: found outside it: {outside:?}");
+        }
+    }
+}
+
+/// The vmlinux's data as a [`Machine`] without registers.
+struct FileMemory<'a>(&'a object::File<'a>);
+
+impl Machine for FileMemory<'_> {
+    fn reg(&self, _: Reg) -> u64 {
+        0
+    }
+    fn load(&self, addr: u64, size: u8) -> Option<u64> {
+        let w = word(self.0, addr)?;
+        Some(if size >= 8 {
+            w
+        } else {
+            w & ((1u64 << (size * 8)) - 1)
+        })
+    }
+    fn gs_base(&self) -> Option<u64> {
+        None
+    }
+}
+
+#[test]
+fn static_targets_of_real_kernels() {
+    let paths = common::find_vmlinuxes();
+    if paths.is_empty() {
+        println!("SKIP: no vmlinux built");
+        return;
+    }
+    for path in paths {
+        let data = std::fs::read(&path).expect("read vmlinux");
+        let elf = object::File::parse(&*data).expect("parse vmlinux");
+        let cf = common::code_functions(&elf, &path);
+        let starts: HashMap<u64, &str> = cf.funcs.iter().map(|f| (f.addr, f.name)).collect();
+        let mut thunk_reg: HashMap<u64, Reg> = HashMap::new();
+        for (n, name) in [
+            "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11",
+            "r12", "r13", "r14", "r15",
+        ]
+        .iter()
+        .enumerate()
+        {
+            for pfx in [
+                "__x86_indirect_thunk_",
+                "__x86_indirect_call_thunk_",
+                "__x86_indirect_jump_thunk_",
+            ] {
+                if let Some(&a) = cf.by_name.get(format!("{pfx}{name}").as_str()) {
+                    thunk_reg.insert(a, n as Reg);
+                }
+            }
+        }
+        let mem = FileMemory(&elf);
+        let (mut sites, mut fixed, mut funcs) = (0u64, 0u64, 0u64);
+        let mut others: Vec<String> = Vec::new();
+        let mut resched = false;
+        for f in &cf.funcs {
+            let Some(common::PreSiteView {
+                insns,
+                targets,
+                steps,
+            }) = common::presite_view(f)
+            else {
+                continue;
+            };
+            for (k, &(off, i)) in insns.iter().enumerate() {
+                let next_ip = f.addr + u64::from(off) + u64::from(i.len);
+                let fin = match i.flow {
+                    Flow::Call(t) | Flow::Jmp(t) | Flow::Jcc(t, _) => match thunk_reg.get(&t) {
+                        Some(&r) => Final::Reg(r),
+                        None => continue,
+                    },
+                    Flow::CallReg(r) | Flow::JmpReg(r) => Final::Reg(r),
+                    Flow::CallMem(m) | Flow::JmpMem(m) => match Addr::from_mem(&m, next_ip) {
+                        Some(a) => Final::Mem(a),
+                        None => continue,
+                    },
+                    _ => continue,
+                };
+                sites += 1;
+                // As the module does: the longest straight run before the site that
+                // compiles (the site alone at the least).
+                let Some(first) = straight_run(&steps, k, 0, |o| targets.contains(&o)) else {
+                    continue;
+                };
+                let prog = steps
+                    .iter()
+                    .filter(|s| s.off >= first && s.off < off)
+                    .map(|s| s.off)
+                    .chain([off])
+                    .find_map(|p| {
+                        compile(
+                            &f.bytes[p as usize..off as usize],
+                            f.addr + u64::from(p),
+                            fin,
+                        )
+                    });
+                let Some(t) = prog.and_then(|p| p.static_target(&mem)).filter(|&t| t != 0) else {
+                    continue;
+                };
+                fixed += 1;
+                match starts.get(&t) {
+                    Some(name) => {
+                        funcs += 1;
+                        resched |=
+                            f.name == "resched_curr" && *name == "native_smp_send_reschedule";
+                    }
+                    None if others.len() < 8 => others.push(format!("{}+{off:#x}: {t:#x}", f.name)),
+                    None => {}
+                }
+            }
+        }
+        println!(
+            "{}: {sites} indirect sites, {fixed} with a target from fixed memory, {funcs} of \
+             them function starts; others (first 8): {others:?}",
+            path.display()
+        );
+        assert!(fixed > 0, "no static target");
+        assert!(
+            funcs * 10 >= fixed * 9,
+            "fewer than 90% of the static targets are functions"
+        );
+        if cf.by_name.contains_key("native_smp_send_reschedule") {
+            assert!(
+                resched,
+                "resched_curr()'s call of native_smp_send_reschedule() not found"
+            );
         }
     }
 }
