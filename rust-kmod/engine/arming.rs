@@ -109,6 +109,10 @@ pub(crate) struct SiteData {
     pub(crate) post: u64,
     /// This probe is that post-site (a copy of the site's data, at `post`).
     pub(crate) at_post: bool,
+    /// For an indirect site: where its target is read from, as an address on the
+    /// registers at the site (`emulate::Program::site_slot`), when the instructions before
+    /// it tell: the slot of the ops table the call goes through (see `wait.rs`).
+    pub(crate) slot: Option<emulate::SiteSlot>,
 }
 
 /// An armed function: its probes.
@@ -124,7 +128,7 @@ pub(crate) struct Func {
     /// Its direct callees with an entry hook (their call sites carry no probe).
     pub(crate) hooked_callees: KVec<u64>,
     /// The targets of its calls through global function pointers, read when it was armed
-    /// (`smp_ops.send_reschedule`, `x86_platform`'s methods; see `fixed_target`): armed
+    /// (`smp_ops.send_reschedule`, `x86_platform`'s methods; see `straight_program`): armed
     /// ahead with its direct callees. The calls themselves stay indirect (their sites'
     /// handlers see the target each call goes to).
     pub(crate) fixed_callees: KVec<u64>,
@@ -166,35 +170,33 @@ impl emulate::Machine for KernelMemory {
     }
 }
 
-/// The target of the indirect call or jump at offset `off` of the function at `start`
-/// (`code` its bytes, `steps` its instructions), going through `fin`, when it depends on
-/// no register nor per-CPU value: a global function pointer's value, read now. `run`: the
-/// first offset of the longest straight run before the site (`presite::straight_run`);
-/// the program of the longest of its tails that compiles is evaluated (the site alone at
-/// the least: `call *smp_ops+0x28(%rip)`).
-fn fixed_target(
+/// The program of the instructions before the indirect call or jump at offset `off` of
+/// the function at `start` (`code` its bytes, `steps` its instructions), going through
+/// `fin`: of the longest tail of the straight run before the site (`run`: its first
+/// offset, `presite::straight_run`) that compiles, the site alone at the least (`call
+/// *smp_ops+0x28(%rip)`). Evaluated without registers it gives a target that does not
+/// depend on the task (`static_target`); it tells where the target is read from
+/// (`site_slot`).
+fn straight_program(
     code: &[u8],
     start: u64,
     steps: &[presite::Insn],
     run: Option<u32>,
     off: u32,
     fin: emulate::Final,
-) -> Option<u64> {
+) -> Option<emulate::Program> {
     let first = run.unwrap_or(off);
     let starts = steps
         .iter()
         .map(|s| s.off)
         .filter(|&o| o >= first && o < off);
-    Iterator::chain(starts, [off])
-        .find_map(|p| {
-            emulate::compile(
-                code.get(p as usize..off as usize)?,
-                start + u64::from(p),
-                fin,
-            )
-        })?
-        .static_target(&KernelMemory)
-        .filter(|&t| t != 0)
+    Iterator::chain(starts, [off]).find_map(|p| {
+        emulate::compile(
+            code.get(p as usize..off as usize)?,
+            start + u64::from(p),
+            fin,
+        )
+    })
 }
 
 impl Tracer {
@@ -525,15 +527,21 @@ impl Tracer {
                             .direct_callee()
                             .is_some_and(|c| self.preempt.is_schedule(c));
                     let is_target = |o: u32| jump_targets.binary_search(&o).is_ok();
-                    // A call through a global function pointer (`smp_ops`): its target,
-                    // read now, is a callee for arming ahead (`Func::fixed_callees`).
+                    // An indirect site: the instructions before it, as far as they run
+                    // straight. A call through a global function pointer (`smp_ops`):
+                    // its target, read now, is a callee for arming ahead
+                    // (`Func::fixed_callees`). And where the target is read from.
+                    let mut slot = None;
                     if let Some(fin) = kind.indirect_final(addr + u64::from(insn.len)) {
                         let run = presites_ok
                             .then(|| presite::straight_run(&steps, this, body, is_target))
                             .flatten()
                             .filter(|_| steps.get(this).is_some_and(|s| s.off == off));
-                        if let Some(t) = fixed_target(&code, start, &steps, run, off, fin) {
-                            let _ = fixed.push(t, GFP_KERNEL);
+                        if let Some(p) = straight_program(&code, start, &steps, run, off, fin) {
+                            if let Some(t) = p.static_target(&KernelMemory).filter(|&t| t != 0) {
+                                let _ = fixed.push(t, GFP_KERNEL);
+                            }
+                            slot = p.site_slot();
                         }
                     }
                     // Any other direct call of a function without an entry hook: from its
@@ -599,6 +607,7 @@ impl Tracer {
                         leaf: leaf && pre != 0,
                         post,
                         at_post: false,
+                        slot,
                     };
                     // (Should the post-site's registration fail, where kprobes accepted
                     // the pre-site's in the same function, the frames the pre-site opens

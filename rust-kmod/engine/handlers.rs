@@ -345,7 +345,19 @@ impl Tracer {
             }
             Callee::Hide => d.stack.suppress(sp, tail),
             Callee::Leaf(r) | Callee::Unarmed(r) => {
-                d.stack.leaf(&rec, r, flags, target, site.addr, sp, tail)
+                d.stack.leaf(&rec, r, flags, target, site.addr, sp, tail);
+                // A method of an ops table not armed yet, called where the task could
+                // not wait for it: the table's other methods are armed ahead with it.
+                if indirect && !early && matches!(callee, Callee::Unarmed(Reason::Atomic)) {
+                    let slot = site
+                        .slot
+                        .and_then(|a| a.at(|r| Some(reg(regs, r)), read_word));
+                    if let Some(at) = slot {
+                        if read_word(at) == Some(target) {
+                            self.want_table(at);
+                        }
+                    }
+                }
             }
             Callee::Wait if early => return SiteCall::Step,
             Callee::Wait => {

@@ -234,6 +234,72 @@ impl Program {
         self.run_from(&Fixed(m), 0).target
     }
 
+    /// Where the call's target is read from, as found at the call site from the
+    /// registers there ([`SiteSlot::at`]): the call's own memory operand (`call
+    /// *0x10(%rax)`), or, for a call through a register, the address of the run's last
+    /// write of it when that is an 8-byte load (`mov 0x48(%rbx),%rax; mov %r12,%rdi;
+    /// call *%rax`), or of the register it was copied from (`mov %rdx,%rax`), and no
+    /// later operation writes a register the address is made of. A load whose base the
+    /// run wrote after it, or that wrote its own (`p->sched_class->select_task_rq`:
+    /// `mov 0x90(%rbx),%rax; mov 0x48(%rax),%rax`), is followed one level further: its
+    /// base was loaded from an address the site's registers give. Then the slot of the
+    /// ops table the call goes through can be found at the site, even when the load lies
+    /// before the pre-site's run ([`Program::target_slot`] sees only that run's loads).
+    /// `None` otherwise (and for `gs`-relative addresses).
+    pub fn site_slot(&self) -> Option<SiteSlot> {
+        let r = match self.fin {
+            Final::Mem(a) => {
+                return (!a.gs).then_some(SiteSlot {
+                    addr: a,
+                    then: None,
+                })
+            }
+            Final::Reg(r) => r,
+        };
+        let ops = self.ops();
+        let bit = |x: Reg| 1u16 << (x & 15);
+        let parts = |a: &Addr| a.base.map_or(0, bit) | a.index.map_or(0, |(i, _)| bit(i));
+        // The last 8-byte load into `r` (through 64-bit copies) before `ops[..end]`, with
+        // the registers written from it on.
+        let last_load = |mut r: Reg, end: usize, mut written: u16| -> Option<(usize, Addr, u16)> {
+            let mut i = end;
+            loop {
+                i = i.checked_sub(1)?;
+                let op = *ops.get(i)?;
+                let dst = match op {
+                    Op::Mov { dst, .. }
+                    | Op::Load { dst, .. }
+                    | Op::Lea { dst, .. }
+                    | Op::Alu { dst, .. }
+                    | Op::Imm { dst, .. }
+                    | Op::Clobber(dst) => dst,
+                    Op::Store(_) => continue,
+                };
+                written |= bit(dst);
+                if dst == r {
+                    match op {
+                        Op::Load { addr, size: 8, .. } if !addr.gs => {
+                            return Some((i, addr, written))
+                        }
+                        Op::Mov { src, bits: 64, .. } => r = src,
+                        _ => return None,
+                    }
+                }
+            }
+        };
+        let (i, addr, written) = last_load(r, ops.len(), 0)?;
+        if parts(&addr) & written == 0 {
+            return Some(SiteSlot { addr, then: None });
+        }
+        // One level more: `addr` is `base + disp`, the base loaded before.
+        let base = addr.base.filter(|_| addr.index.is_none())?;
+        let (_, first, written) = last_load(base, i, written)?;
+        (parts(&first) & written == 0).then_some(SiteSlot {
+            addr: first,
+            then: Some(addr.disp),
+        })
+    }
+
     /// [`Program::run`] with only the registers of `known` (a bit per register) known at
     /// the start.
     fn run_from<M: Machine>(&self, m: &M, known: u16) -> End {
@@ -466,6 +532,39 @@ pub fn table_neighbours(
         }
     }
     n
+}
+
+/// Where an indirect call's target is read from, as found at the call site
+/// ([`Program::site_slot`]): `addr` on the site's registers, then, if `then`, the word
+/// there plus `then` (a table reached through a pointer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SiteSlot {
+    /// The address, on the registers at the site.
+    pub addr: Addr,
+    /// The displacement added to the word at `addr`, if the slot is one load further.
+    pub then: Option<u64>,
+}
+
+impl SiteSlot {
+    /// The slot's address, from the value of each register at the site (`reg`) and
+    /// memory (`load`, 8-byte words). `None` if a read fails.
+    pub fn at(
+        &self,
+        reg: impl Fn(Reg) -> Option<u64>,
+        load: impl Fn(u64) -> Option<u64>,
+    ) -> Option<u64> {
+        let mut v = self.addr.disp;
+        if let Some(b) = self.addr.base {
+            v = v.wrapping_add(reg(b)?);
+        }
+        if let Some((i, sc)) = self.addr.index {
+            v = v.wrapping_add(reg(i)?.wrapping_mul(u64::from(sc)));
+        }
+        match self.then {
+            Some(d) => Some(load(v)?.wrapping_add(d)),
+            None => Some(v),
+        }
+    }
 }
 
 /// The state at the end of a pre-site run ([`Program::run`]).
@@ -1319,6 +1418,77 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.static_target(&m), Some(0x1000));
+    }
+
+    #[test]
+    fn site_slots() {
+        let m = machine();
+        let at = |p: &Program| {
+            let end = p.run(&m);
+            p.site_slot()?.at(|r| end.reg(r), |a| m.load(a, 8))
+        };
+        // mov 0x48(%rbx),%rax ; mov %r12,%rdi ; (call *%rax): at the site, 0x48(%rbx).
+        let p = compile(
+            &[0x48, 0x8b, 0x43, 0x48, 0x4c, 0x89, 0xe7],
+            0,
+            Final::Reg(0),
+        )
+        .unwrap();
+        assert_eq!(at(&p), Some(0x4444 + 0x48));
+        assert_eq!(p.target_slot(&m).map(|(_, s)| s), Some(0x4444 + 0x48));
+        // mov 0x48(%rbx),%rdx ; mov %rdx,%rax ; (call *%rax): through the copy.
+        let p = compile(
+            &[0x48, 0x8b, 0x53, 0x48, 0x48, 0x89, 0xd0],
+            0,
+            Final::Reg(0),
+        )
+        .unwrap();
+        assert_eq!(at(&p), Some(0x4444 + 0x48));
+        // mov 0x90(%rbx),%rax ; mov 0x48(%rax),%rax ; (call *%rax): one level further,
+        // the word at 0x90(%rbx) plus 0x48.
+        let p = compile(
+            &[
+                0x48, 0x8b, 0x83, 0x90, 0x00, 0x00, 0x00, 0x48, 0x8b, 0x40, 0x48,
+            ],
+            0,
+            Final::Reg(0),
+        )
+        .unwrap();
+        let class = mem(&m, 0x4444 + 0x90);
+        assert_eq!(at(&p), Some(class.wrapping_add(0x48)));
+        assert_eq!(at(&p), p.target_slot(&m).map(|(_, s)| s));
+        // mov 0x48(%rbx),%rax ; mov %r12,%rbx: the base is written after the load (and
+        // not loaded before it).
+        let p = compile(
+            &[0x48, 0x8b, 0x43, 0x48, 0x4c, 0x89, 0xe3],
+            0,
+            Final::Reg(0),
+        )
+        .unwrap();
+        assert_eq!(p.site_slot(), None);
+        // mov 0x10(%rax),%rax alone: its base, written by itself, was not loaded here.
+        let p = compile(&[0x48, 0x8b, 0x40, 0x10], 0, Final::Reg(0)).unwrap();
+        assert_eq!(p.site_slot(), None);
+        // A 4-byte load, a computed value, no write at all: none.
+        for run in [&[0x8b, 0x43, 0x48][..], &[0x48, 0x8d, 0x43, 0x48], &[]] {
+            let p = compile(run, 0, Final::Reg(0)).unwrap();
+            assert_eq!(p.site_slot(), None);
+        }
+        // call *0x8(%rbx): the operand itself.
+        let a = Addr {
+            base: Some(3),
+            index: None,
+            disp: 8,
+            gs: false,
+        };
+        let p = compile(&[], 0, Final::Mem(a)).unwrap();
+        assert_eq!(
+            p.site_slot(),
+            Some(SiteSlot {
+                addr: a,
+                then: None
+            })
+        );
     }
 
     /// A `struct sched_class` as it lies in memory: a flag word (`uclamp_enabled`), the

@@ -18,6 +18,10 @@
 //! it arms it. Most such targets must be function starts, and `resched_curr()`'s call of
 //! `native_smp_send_reschedule()` must be among them.
 //!
+//! And [`Program::site_slot`] on the same sites: where it says the target is read from
+//! (an address on the registers at the site) must be the address of the load that gave
+//! the target, on made-up registers and memory.
+//!
 //! Every vmlinux under `${XDG_CACHE_HOME:-$HOME/.cache}/fctrace/build-*/` is checked, or
 //! only `FCTRACE_VMLINUX`. Without any vmlinux the test prints `SKIP: ...` and passes.
 
@@ -144,6 +148,28 @@ impl Machine for FileMemory<'_> {
     }
 }
 
+/// Made-up registers and memory, derived from a seed: every word differs.
+struct RandomMachine(u64);
+
+impl Machine for RandomMachine {
+    fn reg(&self, r: Reg) -> u64 {
+        (self.0 ^ (u64::from(r) << 40)).wrapping_mul(0x9e37_79b9_7f4a_7c15) & !7
+    }
+    fn load(&self, addr: u64, size: u8) -> Option<u64> {
+        let w = (addr ^ self.0)
+            .wrapping_mul(0xbf58_476d_1ce4_e5b9)
+            .rotate_left(29);
+        Some(if size >= 8 {
+            w
+        } else {
+            w & ((1u64 << (size * 8)) - 1)
+        })
+    }
+    fn gs_base(&self) -> Option<u64> {
+        Some(0xffff_8880_0000_0000)
+    }
+}
+
 #[test]
 fn static_targets_of_real_kernels() {
     let paths = common::find_vmlinuxes();
@@ -176,6 +202,7 @@ fn static_targets_of_real_kernels() {
         }
         let mem = FileMemory(&elf);
         let (mut sites, mut fixed, mut funcs) = (0u64, 0u64, 0u64);
+        let (mut slots, mut checked) = (0u64, 0u64);
         let mut others: Vec<String> = Vec::new();
         let mut resched = false;
         for f in &cf.funcs {
@@ -219,6 +246,19 @@ fn static_targets_of_real_kernels() {
                             fin,
                         )
                     });
+                // Where the target is read from, at the site: the same address as the
+                // load that gave the target, on made-up registers and memory.
+                if let Some(a) = prog.and_then(|p| p.site_slot()) {
+                    slots += 1;
+                    let p = prog.unwrap();
+                    let rm = RandomMachine(f.addr ^ u64::from(off));
+                    let end = p.run(&rm);
+                    let at = a.at(|r| end.reg(r), |x| rm.load(x, 8));
+                    if let (Some(at), Some((_, loaded))) = (at, p.target_slot(&rm)) {
+                        checked += 1;
+                        assert_eq!(at, loaded, "{}+{off:#x}: site slot", f.name);
+                    }
+                }
                 let Some(t) = prog.and_then(|p| p.static_target(&mem)).filter(|&t| t != 0) else {
                     continue;
                 };
@@ -236,9 +276,11 @@ fn static_targets_of_real_kernels() {
         }
         println!(
             "{}: {sites} indirect sites, {fixed} with a target from fixed memory, {funcs} of \
-             them function starts; others (first 8): {others:?}",
+             them function starts; others (first 8): {others:?}; {slots} with a slot known \
+             at the site ({checked} checked against the load's address)",
             path.display()
         );
+        assert!(checked > 0, "no site slot checked");
         assert!(fixed > 0, "no static target");
         assert!(
             funcs * 10 >= fixed * 9,
