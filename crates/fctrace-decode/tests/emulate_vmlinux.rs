@@ -13,9 +13,8 @@
 
 mod common;
 
-use fctrace_decode::emulate::{compile, Addr, Final, Machine, Reg};
+use fctrace_decode::emulate::{compile, Final, Machine, Reg};
 use fctrace_decode::presite::pre_site;
-use fctrace_decode::Flow;
 use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
 use std::collections::HashMap;
 use std::path::Path;
@@ -295,23 +294,7 @@ fn check(path: &Path) {
     let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let elf = object::File::parse(&*data).expect("parse vmlinux ELF");
     let cf = common::code_functions(&elf, path);
-    // The retpoline thunks, by register (GCC and clang name them the same).
-    let names = [
-        "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12",
-        "r13", "r14", "r15",
-    ];
-    let mut thunk_reg: HashMap<u64, Reg> = HashMap::new();
-    for (n, name) in names.iter().enumerate() {
-        for pfx in [
-            "__x86_indirect_thunk_",
-            "__x86_indirect_call_thunk_",
-            "__x86_indirect_jump_thunk_",
-        ] {
-            if let Some(&a) = cf.by_name.get(format!("{pfx}{name}").as_str()) {
-                thunk_reg.insert(a, n as Reg);
-            }
-        }
-    }
+    let thunk_reg = common::thunk_registers(&cf.by_name);
     assert!(!thunk_reg.is_empty(), "no retpoline thunk symbols");
     let (mut sites, mut compiled, mut known, mut evals) = (0u64, 0u64, 0u64, 0u64);
     let mut refused_ops: HashMap<String, u64> = HashMap::new();
@@ -334,17 +317,8 @@ fn check(path: &Path) {
         };
         for (k, &(off, i)) in insns.iter().enumerate() {
             let next_ip = f.addr + u64::from(off) + u64::from(i.len);
-            let fin = match i.flow {
-                Flow::Call(t) | Flow::Jmp(t) | Flow::Jcc(t, _) => match thunk_reg.get(&t) {
-                    Some(&r) => Final::Reg(r),
-                    None => continue,
-                },
-                Flow::CallReg(r) | Flow::JmpReg(r) => Final::Reg(r),
-                Flow::CallMem(m) | Flow::JmpMem(m) => match Addr::from_mem(&m, next_ip) {
-                    Some(a) => Final::Mem(a),
-                    None => continue,
-                },
-                _ => continue,
+            let Some(fin) = common::indirect_final(i.flow, next_ip, &thunk_reg) else {
+                continue;
             };
             let Some(p) = pre_site(&steps, k, 0, |o| targets.contains(&o)) else {
                 continue;

@@ -27,9 +27,8 @@
 
 mod common;
 
-use fctrace_decode::emulate::{compile, table_neighbours, Addr, Final, Machine, Reg, TABLE_WORDS};
+use fctrace_decode::emulate::{compile, table_neighbours, Machine, Reg, TABLE_WORDS};
 use fctrace_decode::presite::straight_run;
-use fctrace_decode::Flow;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::collections::{HashMap, HashSet};
 
@@ -182,24 +181,7 @@ fn static_targets_of_real_kernels() {
         let elf = object::File::parse(&*data).expect("parse vmlinux");
         let cf = common::code_functions(&elf, &path);
         let starts: HashMap<u64, &str> = cf.funcs.iter().map(|f| (f.addr, f.name)).collect();
-        let mut thunk_reg: HashMap<u64, Reg> = HashMap::new();
-        for (n, name) in [
-            "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11",
-            "r12", "r13", "r14", "r15",
-        ]
-        .iter()
-        .enumerate()
-        {
-            for pfx in [
-                "__x86_indirect_thunk_",
-                "__x86_indirect_call_thunk_",
-                "__x86_indirect_jump_thunk_",
-            ] {
-                if let Some(&a) = cf.by_name.get(format!("{pfx}{name}").as_str()) {
-                    thunk_reg.insert(a, n as Reg);
-                }
-            }
-        }
+        let thunk_reg = common::thunk_registers(&cf.by_name);
         let mem = FileMemory(&elf);
         let (mut sites, mut fixed, mut funcs) = (0u64, 0u64, 0u64);
         let (mut slots, mut checked) = (0u64, 0u64);
@@ -216,17 +198,8 @@ fn static_targets_of_real_kernels() {
             };
             for (k, &(off, i)) in insns.iter().enumerate() {
                 let next_ip = f.addr + u64::from(off) + u64::from(i.len);
-                let fin = match i.flow {
-                    Flow::Call(t) | Flow::Jmp(t) | Flow::Jcc(t, _) => match thunk_reg.get(&t) {
-                        Some(&r) => Final::Reg(r),
-                        None => continue,
-                    },
-                    Flow::CallReg(r) | Flow::JmpReg(r) => Final::Reg(r),
-                    Flow::CallMem(m) | Flow::JmpMem(m) => match Addr::from_mem(&m, next_ip) {
-                        Some(a) => Final::Mem(a),
-                        None => continue,
-                    },
-                    _ => continue,
+                let Some(fin) = common::indirect_final(i.flow, next_ip, &thunk_reg) else {
+                    continue;
                 };
                 sites += 1;
                 // As the module does: the longest straight run before the site that

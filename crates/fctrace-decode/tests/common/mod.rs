@@ -381,3 +381,42 @@ pub fn iced_at(bytes: &[u8], addr: u64, off: u32) -> Instruction {
     );
     d.decode()
 }
+
+/// The retpoline thunks of a vmlinux by address, and the register each goes through
+/// (GCC and clang name them the same), from its code symbols' names.
+pub fn thunk_registers(by_name: &HashMap<&str, u64>) -> HashMap<u64, u8> {
+    let names = [
+        "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12",
+        "r13", "r14", "r15",
+    ];
+    let mut thunk_reg = HashMap::new();
+    for (n, name) in names.iter().enumerate() {
+        for pfx in [
+            "__x86_indirect_thunk_",
+            "__x86_indirect_call_thunk_",
+            "__x86_indirect_jump_thunk_",
+        ] {
+            if let Some(&a) = by_name.get(format!("{pfx}{name}").as_str()) {
+                thunk_reg.insert(a, n as u8);
+            }
+        }
+    }
+    thunk_reg
+}
+
+/// What an indirect call or jump with control flow `flow` (ending at `next_ip`) goes
+/// through, as a pre-site program ends with it: a register (directly or through a
+/// retpoline thunk of `thunk_reg`) or memory. `None` for anything else.
+pub fn indirect_final(
+    flow: Flow,
+    next_ip: u64,
+    thunk_reg: &HashMap<u64, u8>,
+) -> Option<fctrace_decode::emulate::Final> {
+    use fctrace_decode::emulate::{Addr, Final};
+    match flow {
+        Flow::Call(t) | Flow::Jmp(t) | Flow::Jcc(t, _) => thunk_reg.get(&t).map(|&r| Final::Reg(r)),
+        Flow::CallReg(r) | Flow::JmpReg(r) => Some(Final::Reg(r)),
+        Flow::CallMem(m) | Flow::JmpMem(m) => Addr::from_mem(&m, next_ip).map(Final::Mem),
+        _ => None,
+    }
+}
