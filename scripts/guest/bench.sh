@@ -313,7 +313,7 @@ cold() { # name roots cmd...
 # trace pipes), ps, mount, df, dmesg, find, file operations on tmpfs and a tmpfs mount
 # (a wide workload), traced from a fresh session; every 2 s, what is armed and what
 # arming took so far. Cut after $ARM_LIMIT seconds. One line per sample:
-#   BENCHARM t=.. funcs=.. reg_us=.. regs=.. hooks=.. probes=.. upd_us=.. opt=.. blockers=..
+#   BENCHARM t=.. funcs=.. reg_us=.. regs=.. hooks=.. probes=.. upd_us=.. upds=.. opt=.. blockers=..
 # (upd_us: of reg_us, the time in updates of the entry hooks' ftrace filter; opt: pre-site
 # and post-site probes kprobes has optimized, blockers: probes held back from its optimizer:
 # when they change, the optimizer ran, holding text_mutex, which ftrace's updates need,
@@ -355,7 +355,7 @@ arming() {
             "reg_us=$(($(stat_value probe_registration_us) - r0))" \
             "regs=$(stat_value probe_registrations) hooks=$(stat_value entry_hooks)" \
             "probes=$(stat_value probes_armed)" \
-            "upd_us=$(($(stat_value entry_hook_update_us) - u0))" \
+            "upd_us=$(($(stat_value entry_hook_update_us) - u0)) upds=$(stat_value entry_hook_updates)" \
             "opt=$(($(stat_value presite_probes_optimized) + $(stat_value postsite_probes_optimized)))" \
             "blockers=$(stat_value probe_blockers)"
         [ $t -ge $ARM_LIMIT ] && { kill $A; wait $A 2>/dev/null; break; }

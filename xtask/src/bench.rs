@@ -159,13 +159,32 @@ pub fn parse_cold(console: &str) -> Vec<Cold> {
 
 /// One sample of the arming run (`BENCHARM`): functions armed, the time spent
 /// registering (µs) so far, and of that the time in updates of the entry hooks' ftrace
-/// filter (µs; 0 where the line does not say).
+/// filter (µs; 0 where the line does not say); the entry hooks, and the updates so far
+/// (`None` where the line does not say).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ArmSample {
     pub t: u64,
     pub funcs: u64,
     pub reg_us: u64,
     pub upd_us: u64,
+    pub hooks: u64,
+    pub upds: Option<u64>,
+}
+
+/// What arming cost while the armed set grew from `from` to `to` functions
+/// ([`arm_costs`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ArmCost {
+    /// Registration time per function armed (ms).
+    pub ms: f64,
+    /// Of that, the time in ftrace filter updates (ms per function).
+    pub upd_ms: f64,
+    pub from: u64,
+    pub to: u64,
+    /// The filter updates in that stretch, and the entry hooks each added on average
+    /// (where the samples say).
+    pub updates: Option<u64>,
+    pub hooks_per_update: Option<f64>,
 }
 
 pub fn parse_arm(console: &str) -> Vec<ArmSample> {
@@ -176,39 +195,46 @@ pub fn parse_arm(console: &str) -> Vec<ArmSample> {
         };
         let int = |k: &str| kv.get(k).and_then(|v| v.parse::<u64>().ok());
         if let (Some(t), Some(funcs), Some(reg_us)) = (int("t"), int("funcs"), int("reg_us")) {
-            let upd_us = int("upd_us").unwrap_or(0);
             out.push(ArmSample {
                 t,
                 funcs,
                 reg_us,
-                upd_us,
+                upd_us: int("upd_us").unwrap_or(0),
+                hooks: int("hooks").unwrap_or(0),
+                upds: int("upds"),
             });
         }
     }
     out
 }
 
-/// Registration time per armed function (ms) while the armed set grew through `lo..hi`,
-/// and the part of it spent in ftrace filter updates: between the last sample at or
-/// below `lo` (or the start) and the first at or above `hi` (or the last), with the
-/// numbers of functions at both ends.
-pub fn arm_costs(s: &[ArmSample], lo: u64, hi: u64) -> Option<(f64, f64, u64, u64)> {
+/// What arming cost while the armed set grew through `lo..hi`: between the last sample
+/// at or below `lo` (or the start) and the first at or above `hi` (or the last).
+pub fn arm_costs(s: &[ArmSample], lo: u64, hi: u64) -> Option<ArmCost> {
     let start = ArmSample {
         t: 0,
         funcs: 0,
         reg_us: 0,
         upd_us: 0,
+        hooks: 0,
+        upds: Some(0),
     };
     let a = *s.iter().rev().find(|x| x.funcs <= lo).unwrap_or(&start);
     let b = *s.iter().find(|x| x.funcs >= hi).or(s.last())?;
     let per = |x: u64, y: u64| (y - x.min(y)) as f64 / 1000.0 / (b.funcs - a.funcs) as f64;
-    (b.funcs > a.funcs).then(|| {
-        (
-            per(a.reg_us, b.reg_us),
-            per(a.upd_us, b.upd_us),
-            a.funcs,
-            b.funcs,
-        )
+    let updates = match (a.upds, b.upds) {
+        (Some(x), Some(y)) => Some(y.saturating_sub(x)),
+        _ => None,
+    };
+    (b.funcs > a.funcs).then(|| ArmCost {
+        ms: per(a.reg_us, b.reg_us),
+        upd_ms: per(a.upd_us, b.upd_us),
+        from: a.funcs,
+        to: b.funcs,
+        updates,
+        hooks_per_update: updates
+            .filter(|&u| u > 0)
+            .map(|u| b.hooks.saturating_sub(a.hooks) as f64 / u as f64),
     })
 }
 
@@ -246,10 +272,18 @@ pub fn cold_table(cold: &[Cold], arm: &[ArmSample]) -> String {
         );
         let top = last.funcs;
         for (lo, hi) in [(0, 100), (top.saturating_sub(top / 5).max(101), top)] {
-            if let Some((ms, upd, a, b)) = arm_costs(arm, lo, hi) {
+            if let Some(c) = arm_costs(arm, lo, hi) {
+                let per_update = match (c.updates, c.hooks_per_update) {
+                    (Some(u), Some(h)) => format!(
+                        "; {u} updates, {:.1} ms and {h:.1} entry hooks each",
+                        c.upd_ms * (c.to - c.from) as f64 / u as f64
+                    ),
+                    _ => String::new(),
+                };
                 let _ = writeln!(
                     t,
-                    "  {ms:>8.2} ms per function from {a} to {b} armed (ftrace filter updates {upd:.2} ms)"
+                    "  {:>8.2} ms per function from {} to {} armed (ftrace filter updates {:.2} ms{per_update})",
+                    c.ms, c.from, c.to, c.upd_ms
                 );
             }
         }
@@ -454,8 +488,9 @@ pub fn json(rows: &[Row], cold: &[Cold], arm: &[ArmSample]) -> String {
         .iter()
         .map(|a| {
             format!(
-                "    {{\"t_s\": {}, \"functions_armed\": {}, \"registration_us\": {}, \"ftrace_update_us\": {}}}",
-                a.t, a.funcs, a.reg_us, a.upd_us
+                "    {{\"t_s\": {}, \"functions_armed\": {}, \"registration_us\": {}, \"ftrace_update_us\": {}, \"entry_hooks\": {}, \"ftrace_updates\": {}}}",
+                a.t, a.funcs, a.reg_us, a.upd_us, a.hooks,
+                a.upds.map_or("null".into(), |u| u.to_string())
             )
         })
         .collect();
@@ -529,7 +564,7 @@ BENCHCOLD name=open fct=190 ftrace=166 agreement=98.50 ftrace_ftrace=99.10 atomi
 BENCHARM t=0 funcs=3 reg_us=0 regs=1 hooks=5 probes=2
 BENCHARM t=2 funcs=120 reg_us=240000 regs=9 hooks=50 probes=20
 BENCHARM t=4 funcs=1000 reg_us=1000000 regs=90 hooks=500 probes=200
-BENCHARM t=6 funcs=1200 reg_us=1600000 regs=99 hooks=600 probes=220 upd_us=400000
+BENCHARM t=6 funcs=1200 reg_us=1600000 regs=99 hooks=600 probes=220 upd_us=400000 upds=50
 ";
         let c = parse_cold(out);
         assert_eq!(c.len(), 1);
@@ -539,17 +574,24 @@ BENCHARM t=6 funcs=1200 reg_us=1600000 regs=99 hooks=600 probes=220 upd_us=40000
         assert_eq!((c[0].atomic, c[0].warm_atomic), (Some(3), Some(0)));
         let a = parse_arm(out);
         assert_eq!(a.len(), 4);
-        let (ms, _, lo, hi) = arm_costs(&a, 0, 100).unwrap();
-        assert_eq!((lo, hi), (0, 120));
-        assert!((ms - 2.0).abs() < 1e-9);
-        let (ms, _, lo, hi) = arm_costs(&a, 1100, 1200).unwrap();
-        assert_eq!((lo, hi), (1000, 1200));
-        assert!((ms - 3.0).abs() < 1e-9);
+        let k = arm_costs(&a, 0, 100).unwrap();
+        assert_eq!((k.from, k.to), (0, 120));
+        assert!((k.ms - 2.0).abs() < 1e-9);
+        // The second sample does not count its updates.
+        assert_eq!(k.updates, None);
+        let k = arm_costs(&a, 1100, 1200).unwrap();
+        assert_eq!((k.from, k.to), (1000, 1200));
+        assert!((k.ms - 3.0).abs() < 1e-9);
         assert!(cold_table(&c, &a).contains("shown  98.50%"));
         assert!(cold_table(&c, &a).contains("atomic 3 / 0"));
         // 400 ms of updates over the last 200 functions: 2 ms each.
-        let (_, upd, _, _) = arm_costs(&a, 1100, 1200).unwrap();
-        assert!((upd - 2.0).abs() < 1e-9);
+        assert!((k.upd_ms - 2.0).abs() < 1e-9);
+        // The sample at 1000 functions does not count updates; from the start to the last
+        // sample, which does: 600 hooks in 50 updates.
+        assert_eq!(k.updates, None);
+        let d = arm_costs(&[a[3]], 0, 1200).unwrap();
+        assert_eq!(d.updates, Some(50));
+        assert!((d.hooks_per_update.unwrap() - 12.0).abs() < 1e-9);
         // The table's last fifth: from 120 to 1200 functions, 400 ms of updates.
         assert!(cold_table(&c, &a).contains("(ftrace filter updates 0.37 ms)"));
     }
