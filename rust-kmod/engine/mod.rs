@@ -189,6 +189,15 @@ fn read_word(addr: u64) -> Option<u64> {
     read_kernel(addr, &mut v).then(|| u64::from_ne_bytes(v))
 }
 
+/// Reads `size` bytes (at most 8) of kernel memory at `addr` as a little-endian value,
+/// zero-extended, without faulting: the loads of an emulated program
+/// (`emulate::Machine::load`).
+fn load_kernel(addr: u64, size: u8) -> Option<u64> {
+    let mut b = [0u8; 8];
+    let n = usize::from(size).min(8);
+    read_kernel(addr, &mut b[..n]).then(|| u64::from_le_bytes(b))
+}
+
 /// Copies kernel memory at `addr` into `buf` without faulting; false if unreadable.
 fn read_kernel(addr: u64, buf: &mut [u8]) -> bool {
     // SAFETY: `copy_from_kernel_nofault` checks the source and never faults; the

@@ -62,7 +62,7 @@ use super::arming::{SiteData, SiteKind};
 use super::handlers::{reg, SiteCall};
 use super::table::{FuncState, HOOK_LIVE};
 use super::tree::TaskData;
-use super::{read_kernel, tracer, Tracer};
+use super::{load_kernel, tracer, Tracer};
 use crate::bindings;
 use crate::emulate;
 use crate::parse::OptionName;
@@ -120,9 +120,7 @@ impl emulate::Machine for PreSiteRegs<'_> {
     }
 
     fn load(&self, addr: u64, size: u8) -> Option<u64> {
-        let mut b = [0u8; 8];
-        let n = usize::from(size).min(8);
-        read_kernel(addr, &mut b[..n]).then(|| u64::from_le_bytes(b))
+        load_kernel(addr, size)
     }
 
     fn gs_base(&self) -> Option<u64> {
