@@ -283,6 +283,7 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "entry_hooks: {}", n(&s.entry_hooks))?;
     writeln!(t, "entry_hooks_refused: {}", n(&s.entry_hooks_refused))?;
     writeln!(t, "entry_hook_updates: {}", n(&s.entry_updates))?;
+    writeln!(t, "entry_hooks_deferred: {}", n(&s.entry_hooks_deferred))?;
     writeln!(t, "entry_hook_update_us: {}", n(&s.entry_update_ns) / 1000)?;
     writeln!(t, "static_call_hooks: {}", n(&s.static_hooks))?;
     writeln!(t, "entry_probes: {}", n(&s.entry_probes))?;

@@ -242,10 +242,23 @@ impl Tracer {
                 self.table.set_below(target, below, false);
             }
             // A function reached through a function pointer has no entry hook yet (direct
-            // callees of armed functions have): with one, a pre-site that computes the
+            // callees of armed functions have), unless its callees needed an update
+            // (`build_func` adds it to that one): with one, a pre-site that computes the
             // target of an indirect call lets the traced task run on (see `step.rs`).
+            // Without, the call is drawn at its call site (the task steps there), as for
+            // a function with no ftrace site. So the hook waits: for the next update that
+            // arming makes anyway, or for arming to be quiet (`release_blockers`). An
+            // update costs about the same for one hook as for ten (8 to 13 ms under
+            // emulation), and late in a wide workload most functions armed are methods
+            // reached through ops tables whose callees are hooked already: one update
+            // each, the most of arming's time there.
             if !root && self.hooks.bits(target) & (HOOK_ENTRY | HOOK_NONE) == 0 {
-                if let Ok(mut sym) = SymBuf::new() {
+                if inner.deferred_hooks.push(target, GFP_KERNEL).is_ok() {
+                    self.stats
+                        .entry_hooks_deferred
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.schedule_optimize();
+                } else if let Ok(mut sym) = SymBuf::new() {
                     self.hook_callees(inner, &[(target, false)], &mut sym);
                 }
             }
@@ -632,13 +645,12 @@ impl Tracer {
             }
             if pass == 0 {
                 jump_targets.sort_unstable();
-                // A function reached through a pointer has no entry hook yet (see
-                // `arm_as`): it gets it in the same ftrace update as its callees'. An
-                // update costs 8 to 13 ms under emulation whether it adds one hook or
-                // ten (the bench's arming run, 2026-11-27): this made that run's updates
-                // 12% fewer.
+                // A function reached through a pointer has no entry hook yet: where its
+                // callees need an ftrace update, it gets its hook in the same one (12%
+                // fewer updates in the bench's arming run); else it waits (see `arm_as`).
                 let mut with_self: KVec<(u64, bool)> = KVec::new();
                 let both = hook_self
+                    && self.any_unhooked(&callees)
                     && self.hooks.bits(start) & (HOOK_ENTRY | HOOK_NONE) == 0
                     && with_self.extend_from_slice(&callees, GFP_KERNEL).is_ok()
                     && with_self.push((start, false), GFP_KERNEL).is_ok();
@@ -756,9 +768,19 @@ impl Tracer {
     /// marked so (their call sites get probes).
     fn hook_callees(&self, inner: &mut TracerInner, callees: &[(u64, bool)], sym: &mut SymBuf) {
         let hooks = &self.hooks;
+        // Where this makes an update, the entry hooks deferred so far go with it.
+        let deferred = if self.any_unhooked(callees) {
+            core::mem::take(&mut inner.deferred_hooks)
+        } else {
+            KVec::new()
+        };
         let mut new: KVec<(u64, u64)> = KVec::new();
         let mut ips: KVec<u64> = KVec::new();
-        for &(c, tail) in callees {
+        let all = Iterator::chain(
+            callees.iter().copied(),
+            deferred.iter().map(|&f| (f, false)),
+        );
+        for (c, tail) in all {
             let tail_bit = if tail { HOOK_TAIL } else { 0 };
             let h = hooks.bits(c);
             if h & (HOOK_ENTRY | HOOK_NONE) != 0 {
@@ -825,6 +847,34 @@ impl Tracer {
                     .entry_hooks_refused
                     .fetch_add(1, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Whether any of `callees` has no entry hook yet and was not found unhookable: giving
+    /// them hooks makes an ftrace update.
+    fn any_unhooked(&self, callees: &[(u64, bool)]) -> bool {
+        callees
+            .iter()
+            .any(|&(c, _)| self.hooks.bits(c) & (HOOK_ENTRY | HOOK_NONE) == 0)
+    }
+
+    /// Gives the functions whose entry hook was deferred (see `arm_as`) their hooks, in
+    /// one update. With the mutex held.
+    pub(super) fn flush_deferred_hooks(&self, inner: &mut TracerInner) {
+        let deferred = core::mem::take(&mut inner.deferred_hooks);
+        if deferred.is_empty() || !self.active.load(Ordering::Acquire) {
+            return;
+        }
+        let mut list: KVec<(u64, bool)> = KVec::new();
+        if list.reserve(deferred.len(), GFP_KERNEL).is_err() {
+            return;
+        }
+        for &f in deferred.iter() {
+            // Room was reserved: this does not allocate.
+            let _ = list.push((f, false), GFP_KERNEL);
+        }
+        if let Ok(mut sym) = SymBuf::new() {
+            self.hook_callees(inner, &list, &mut sym);
         }
     }
 

@@ -252,6 +252,9 @@ pub(crate) struct Stats {
     /// spent in them (ns; also counted in `registrations` and `register_ns`).
     pub(crate) entry_updates: AtomicU64,
     pub(crate) entry_update_ns: AtomicU64,
+    /// Functions reached through a pointer whose own entry hook waited for a later update
+    /// (see `Tracer::arm_as`).
+    pub(crate) entry_hooks_deferred: AtomicU64,
     /// `irqs` option: interrupt entry functions that could not be hooked.
     pub(crate) irq_roots_missing: AtomicU64,
     /// `lossless` option: times a traced task waited for the reader.
@@ -352,6 +355,9 @@ pub(crate) struct TracerInner {
     pub(crate) entry: crate::ftrace::EntryHooks,
     /// Entry probes on the callees of call sites kprobes refused (see `static_call.rs`).
     static_hooks: KVec<Pin<KBox<Probe<static_call::StaticHook>>>>,
+    /// Armed functions reached through a pointer whose own entry hook waits for the next
+    /// ftrace update, or for arming to be quiet (see `Tracer::arm_as`).
+    deferred_hooks: KVec<u64>,
     /// The running kernel's branch thunks, found when tracing starts.
     pub(crate) thunks: Thunks,
     /// The kernel image's exception table, read when tracing first starts.
@@ -370,6 +376,7 @@ impl TracerInner {
             hooks: KVec::new(),
             entry: crate::ftrace::EntryHooks::new(),
             static_hooks: KVec::new(),
+            deferred_hooks: KVec::new(),
             thunks: Thunks::new(),
             extable: extable::Extable::unknown(),
             static_calls: extable::Extable::unknown(),

@@ -212,6 +212,7 @@ impl Tracer {
         self.restore_returns();
         inner.hooks = KVec::new();
         inner.static_hooks = KVec::new();
+        inner.deferred_hooks = KVec::new();
         self.stats.static_hooks.store(0, Ordering::Relaxed);
         self.stats.entry_probes.store(0, Ordering::Relaxed);
         inner.funcs = KVec::new();
@@ -382,8 +383,10 @@ impl Tracer {
     /// what is optimized (`stats`): when blockers went, the work item comes back once more
     /// to publish it (it finds no blocker then, and stops).
     fn release_blockers(&self) {
-        let inner = self.lock();
+        let mut inner = self.lock();
         self.blockers_since.store(0, Ordering::Release);
+        // The entry hooks deferred meanwhile (see `arm_as`) too, in one update.
+        self.flush_deferred_hooks(&mut inner);
         let mut released = false;
         let mut batch = Batch::new();
         for p in inner.funcs.iter().flat_map(|f| f.sites.iter()) {
