@@ -357,9 +357,10 @@ impl Tracer {
 }
 
 impl Tracer {
-    /// Optimizable probes were just registered behind blockers (see `kprobe.rs`): release
-    /// the blockers once arming has been quiet for `OPTIMIZE_QUIET_MS`, or at most
-    /// `OPTIMIZE_MAX_DELAY_NS` after the oldest. kprobes' optimizer then runs once for all
+    /// Optimizable probes were just registered behind blockers (see `kprobe.rs`), or an
+    /// entry hook was deferred (see `Tracer::arm_as`): release the blockers and give the
+    /// deferred functions their hooks once arming has been quiet for
+    /// `OPTIMIZE_QUIET_MS`, or at most `OPTIMIZE_MAX_DELAY_NS` after the oldest. kprobes' optimizer then runs once for all
     /// of them: it holds `kprobe_mutex` across an RCU-tasks grace period, and each of its
     /// runs during arming would stall every registration (a traced task waiting to go on)
     /// for as long.
@@ -378,7 +379,8 @@ impl Tracer {
         unsafe { bindings::fctrace_schedule_optimize(OPTIMIZE_QUIET_MS, push_back) };
     }
 
-    /// Releases every blocker in one unregistration: kprobes optimizes what it can.
+    /// Gives the deferred entry hooks in one update, and releases every blocker in one
+    /// unregistration: kprobes optimizes what it can.
     /// kprobes' optimizer runs a few jiffies later, after the lock's release published
     /// what is optimized (`stats`): when blockers went, the work item comes back once more
     /// to publish it (it finds no blocker then, and stops).
