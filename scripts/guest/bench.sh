@@ -314,10 +314,11 @@ cold() { # name roots cmd...
 # (a wide workload), traced from a fresh session; every 2 s, what is armed and what
 # arming took so far. Cut after $ARM_LIMIT seconds. One line per sample:
 #   BENCHARM t=.. funcs=.. reg_us=.. regs=.. hooks=.. probes=.. upd_us=.. upds=.. opt=.. blockers=..
-# (upd_us: of reg_us, the time in updates of the entry hooks' ftrace filter; opt: pre-site
+# (upd_us: of reg_us, the time in updates of the entry hooks' ftrace filter, upds: their
+# number, both since the run began; opt: pre-site
 # and post-site probes kprobes has optimized, blockers: probes held back from its optimizer:
 # when they change, the optimizer ran, holding text_mutex, which ftrace's updates need,
-# across an RCU-tasks grace period)
+# across an RCU-tasks grace period; a run with the optimizer held off cost the same)
 ARM_LIMIT=${ARM_LIMIT:-400}
 arming() {
     echo > $F/set_pid
@@ -346,6 +347,7 @@ arming() {
     echo $A > $F/set_pid
     r0=$(stat_value probe_registration_us)
     u0=$(stat_value entry_hook_update_us)
+    n0=$(stat_value entry_hook_updates)
     t0=$(date +%s)
     touch $FCT_GATE
     # (sampled only while the shell lives: when it exits, tracing stops)
@@ -355,7 +357,7 @@ arming() {
             "reg_us=$(($(stat_value probe_registration_us) - r0))" \
             "regs=$(stat_value probe_registrations) hooks=$(stat_value entry_hooks)" \
             "probes=$(stat_value probes_armed)" \
-            "upd_us=$(($(stat_value entry_hook_update_us) - u0)) upds=$(stat_value entry_hook_updates)" \
+            "upd_us=$(($(stat_value entry_hook_update_us) - u0)) upds=$(($(stat_value entry_hook_updates) - n0))" \
             "opt=$(($(stat_value presite_probes_optimized) + $(stat_value postsite_probes_optimized)))" \
             "blockers=$(stat_value probe_blockers)"
         [ $t -ge $ARM_LIMIT ] && { kill $A; wait $A 2>/dev/null; break; }
