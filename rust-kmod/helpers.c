@@ -32,6 +32,7 @@
 #include <linux/sched/clock.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
+#include <linux/sched/task.h>
 #include <linux/sched/task_stack.h>
 #include <linux/smp.h>
 #include <linux/cpuhotplug.h>
@@ -227,6 +228,24 @@ bool fctrace_tgid_alive(u32 tgid)
 	alive = t && !(t->flags & PF_KTHREAD) && !fctrace_group_dead(t);
 	rcu_read_unlock();
 	return alive;
+}
+
+u64 fctrace_tgid_sched_class(u32 tgid)
+{
+	struct task_struct *t;
+	u64 class = 0;
+
+	rcu_read_lock();
+	t = pid_task(find_pid_ns(tgid, &init_pid_ns), PIDTYPE_TGID);
+	if (t)
+		class = (u64)(unsigned long)READ_ONCE(t->sched_class);
+	rcu_read_unlock();
+	return class;
+}
+
+u64 fctrace_idle_sched_class(void)
+{
+	return (u64)(unsigned long)READ_ONCE(init_task.sched_class);
 }
 
 u32 fctrace_tgid_vnr(u32 tgid)

@@ -45,6 +45,13 @@ bool fctrace_maybe_traced(void);
 int fctrace_pid_to_tgid(int pid);
 /* Whether thread group `tgid` (global) is alive: not dead, not dying, not a kernel thread. */
 bool fctrace_tgid_alive(u32 tgid);
+/*
+ * The scheduling class (`struct sched_class *`) of thread group `tgid`'s leader, 0 if
+ * there is none; and the idle class (init_task's: the boot CPU's idle task). Their
+ * methods run in atomic context, where a traced task cannot wait for arming.
+ */
+u64 fctrace_tgid_sched_class(u32 tgid);
+u64 fctrace_idle_sched_class(void);
 /* Global `tgid` as the current task's PID namespace numbers it, 0 if it cannot see it. */
 u32 fctrace_tgid_vnr(u32 tgid);
 int fctrace_task_tgid(const void *task);

@@ -84,11 +84,28 @@ impl Tracer {
         // The exit and fork hooks are kprobes at those functions' ftrace sites, so their
         // entry hooks share the site and never send a task to wait there (see `entry.rs`):
         // armed ahead, they are followed from the first call.
-        for f in [c_str!("do_exit"), c_str!("wake_up_new_task")] {
+        for f in [
+            c_str!("do_exit"),
+            c_str!("wake_up_new_task"),
+            c_str!("__schedule"),
+        ] {
             if let Ok((a, _)) = resolve(f) {
                 self.want_if_room(a);
             }
         }
+        // The scheduler too: a traced task enters it with preemption off (from
+        // `schedule()`, a preemption, `cond_resched()`), where it cannot wait for arming,
+        // and it calls the methods of its scheduling class and of the idle class through
+        // the classes. Armed ahead, with their callees, a first run that sleeps follows
+        // what the scheduler does for it (without, those calls were "not followed: atomic"
+        // on the first run, and armed for the next).
+        for t in &self.traced {
+            let tgid = t.load(Ordering::Relaxed);
+            if tgid != 0 {
+                self.want_table(sched_class_of(tgid));
+            }
+        }
+        self.want_table(idle_sched_class());
         self.schedule_reap();
         Ok(())
     }
@@ -422,4 +439,17 @@ pub(crate) extern "C" fn fctrace_reap_work() {
     if let Some(tr) = tracer() {
         tr.reap_idle();
     }
+}
+
+/// The scheduling class (`struct sched_class *`) of thread group `tgid`'s leader, 0 if
+/// there is none.
+fn sched_class_of(tgid: u32) -> u64 {
+    // SAFETY: a C helper that looks the task up under RCU and only reads a pointer.
+    unsafe { bindings::fctrace_tgid_sched_class(tgid) }
+}
+
+/// The idle scheduling class (`init_task`'s, the boot CPU's idle task).
+fn idle_sched_class() -> u64 {
+    // SAFETY: a C helper that reads one pointer of `init_task`.
+    unsafe { bindings::fctrace_idle_sched_class() }
 }

@@ -277,7 +277,8 @@ impl Tracer {
     /// `slot` a function not armed yet was just loaded from, to be called in atomic
     /// context (`step.rs`): the scheduling class's `put_prev_task_fair()` after its
     /// `enqueue_task_fair()`, a `dentry_operations`' `d_revalidate` after its `d_delete`.
-    /// A table queued already, or a full queue, is left alone. Safe in any context.
+    /// When tracing starts, the scheduling classes are queued so, by their start
+    /// (`activate`). A table queued already, or a full queue, is left alone. Safe in any context.
     pub(crate) fn want_table(&self, slot: u64) {
         let w = &self.waits;
         if slot == 0 || w.tables.iter().any(|x| x.load(Ordering::Relaxed) == slot) {
@@ -325,20 +326,18 @@ impl Tracer {
             let start = slot - offset;
             let table = start..start + size;
             self.stats.ahead_tables.fetch_add(1, Ordering::Relaxed);
+            let mut is_func = |f: u64| {
+                (text..etext).contains(&f)
+                    && sym
+                        .lookup(f)
+                        .is_some_and(|s| s.offset == 0 && s.module.is_none())
+            };
+            // The slot's own word too: a table queued by its start (the scheduling
+            // classes when tracing starts) has a method there.
+            let own = read_word(slot).filter(|&f| f != 0 && is_func(f));
             let mut found = [0u64; 2 * emulate::TABLE_WORDS as usize];
-            let n = emulate::table_neighbours(
-                slot,
-                table,
-                read_word,
-                |f| {
-                    (text..etext).contains(&f)
-                        && sym
-                            .lookup(f)
-                            .is_some_and(|s| s.offset == 0 && s.module.is_none())
-                },
-                &mut found,
-            );
-            for &f in found.iter().take(n) {
+            let n = emulate::table_neighbours(slot, table, read_word, &mut is_func, &mut found);
+            for &f in Iterator::chain(own.iter(), found.iter().take(n)) {
                 if self.table.lookup(f) != FuncState::Unknown || todo.iter().any(|&(c, _)| c == f) {
                     continue;
                 }

@@ -10,6 +10,8 @@
  *   open FILE   openat(AT_FDCWD, FILE, O_RDONLY) + close
  *   mmap        mmap 4 anonymous pages, touch one, munmap
  *   fork        fork; the child _exit(0)s; the parent waitpid()s for it
+ *   fork_rt     the same in the real-time class (SCHED_FIFO, priority 1, set
+ *               before the gate; the child inherits it)
  *   readdir DIR read all entries of DIR with getdents64() (DIR opened before)
  *   write FILE  write 100 bytes to FILE (opened and truncated before)
  *   put FILE TEXT  write TEXT to FILE (opened for writing before), e.g. a
@@ -32,6 +34,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -120,10 +123,13 @@ int main(int argc, char **argv)
 		m[4096] = 1;
 		return munmap(m, 4 * 4096) != 0;
 	}
-	if (!strcmp(op, "fork")) {
+	if (!strcmp(op, "fork") || !strcmp(op, "fork_rt")) {
+		struct sched_param sp = { .sched_priority = 1 };
 		pid_t c;
 		int st;
 
+		if (!strcmp(op, "fork_rt") && sched_setscheduler(0, SCHED_FIFO, &sp))
+			return 1;
 		gate();
 		c = fork();
 		if (c < 0)
@@ -226,6 +232,6 @@ int main(int argc, char **argv)
 			return 1;
 		return fsync(fd) != 0;
 	}
-	fprintf(stderr, "usage: fct_ops read|read_fresh|pipe|stat|open|mmap|fork|readdir|write|fsync [FILE] | put FILE TEXT | tcp|unix|epoll\n");
+	fprintf(stderr, "usage: fct_ops read|read_fresh|pipe|stat|open|mmap|fork|fork_rt|readdir|write|fsync [FILE] | put FILE TEXT | tcp|unix|epoll\n");
 	return 2;
 }
