@@ -15,7 +15,7 @@ use super::{clock_ns, timed, tracer, Tracer, TracerInner};
 use crate::bindings;
 use crate::kprobe::{Batch, Probe};
 use crate::ksym::resolve;
-use crate::parse::OptionName;
+use crate::parse::{self, FilterVerdict, OptionName};
 use core::sync::atomic::Ordering;
 use kernel::alloc::KVec;
 use kernel::c_str;
@@ -84,11 +84,7 @@ impl Tracer {
         // The exit and fork hooks are kprobes at those functions' ftrace sites, so their
         // entry hooks share the site and never send a task to wait there (see `entry.rs`):
         // armed ahead, they are followed from the first call.
-        for f in [
-            c_str!("do_exit"),
-            c_str!("wake_up_new_task"),
-            c_str!("__schedule"),
-        ] {
+        for f in [c_str!("do_exit"), c_str!("wake_up_new_task")] {
             if let Ok((a, _)) = resolve(f) {
                 self.want_if_room(a);
             }
@@ -98,14 +94,20 @@ impl Tracer {
         // and it calls the methods of its scheduling class and of the idle class through
         // the classes. Armed ahead, with their callees, a first run that sleeps follows
         // what the scheduler does for it (without, those calls were "not followed: atomic"
-        // on the first run, and armed for the next).
-        for t in &self.traced {
-            let tgid = t.load(Ordering::Relaxed);
-            if tgid != 0 {
-                self.want_table(sched_class_of(tgid));
+        // on the first run, and armed for the next). Not when `filter` hides
+        // `__schedule`: the classes' methods are the scheduler's, hidden with it.
+        let sched_shown =
+            parse::filter_verdict(inner.filter_patterns(), b"__schedule") == FilterVerdict::Follow;
+        if let (true, Ok((a, _))) = (sched_shown, resolve(c_str!("__schedule"))) {
+            self.want_if_room(a);
+            for t in &self.traced {
+                let tgid = t.load(Ordering::Relaxed);
+                if tgid != 0 {
+                    self.want_table(sched_class_of(tgid));
+                }
             }
+            self.want_table(idle_sched_class());
         }
-        self.want_table(idle_sched_class());
         self.schedule_reap();
         Ok(())
     }
