@@ -278,7 +278,8 @@ impl Tracer {
     /// context (`step.rs`): the scheduling class's `put_prev_task_fair()` after its
     /// `enqueue_task_fair()`, a `dentry_operations`' `d_revalidate` after its `d_delete`.
     /// When tracing starts, the scheduling classes are queued so, by their start
-    /// (`activate`). A table queued already, or a full queue, is left alone. Safe in any context.
+    /// (`activate`). A table queued already, or a full queue, is left alone. Safe in any
+    /// context.
     pub(crate) fn want_table(&self, slot: u64) {
         let w = &self.waits;
         if slot == 0 || w.tables.iter().any(|x| x.load(Ordering::Relaxed) == slot) {
