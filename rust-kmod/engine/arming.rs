@@ -697,6 +697,10 @@ impl Tracer {
                     .map_err(|_| Reason::ArmFailed)?;
             }
         }
+        // Room for the probes themselves: a site watched from a pre-site and a post-site
+        // takes two (pass 0 made room for one per site, and `probes_armed` went past
+        // `max_probes` by the post-sites: `control/disarm_after.tc` on the distro kernel).
+        self.make_room(inner, sites.len() as u64)?;
         // Register. A call site that cannot be probed is counted; the function is armed
         // all the same (its frames close through their hooked returns).
         let mut hooked_callees = KVec::new();
