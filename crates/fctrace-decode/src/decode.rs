@@ -756,6 +756,31 @@ pub fn scan<F: FnMut(u32, &Insn)>(
     Ok(())
 }
 
+/// The constant address the instruction at the start of `bytes` (at `ip`) loads into a
+/// 64-bit register, if it is one of the two forms the kernel's code model uses for that:
+/// `mov $imm32, %r64` (`REX.W c7 /0`, register operand; the immediate is sign-extended,
+/// so it reaches the top 2 GiB, where the kernel's text and data are linked) and `lea
+/// disp32(%rip), %r64` (`REX.W 8d`, rip-relative). `None` for anything else (a store of
+/// the constant to memory included). A function whose address is loaded so passes it as
+/// a function pointer: `folio_add_lru()` gives `lru_add()` to `folio_batch_move_lru()`,
+/// which calls it with a lock held (see the module's `Func::fixed_callees`).
+pub fn loaded_address(bytes: &[u8], ip: u64) -> Option<u64> {
+    let [rex, op, modrm, i0, i1, i2, i3, ..] = *bytes else {
+        return None;
+    };
+    if rex & 0xf8 != 0x48 {
+        return None;
+    }
+    let imm = i32::from_le_bytes([i0, i1, i2, i3]) as i64 as u64;
+    match op {
+        // mod 11, reg 0 (the `/0` of `c7`); REX.B only extends the register.
+        0xc7 if modrm & 0xf8 == 0xc0 => Some(imm),
+        // mod 00, r/m 101: [rip + disp32]; REX.R only extends the destination.
+        0x8d if modrm & 0xc7 == 0x05 => Some(ip.wrapping_add(7).wrapping_add(imm)),
+        _ => None,
+    }
+}
+
 /// Whether a breakpoint trap nobody claimed is a *late* int3 to run again: one executed
 /// at an address whose `0xcc` another CPU has just replaced by the instruction's first
 /// byte again (`rust-kmod/late_int3.rs`). `before` are the two bytes before the trap's
