@@ -128,9 +128,11 @@ pub(crate) struct Func {
     /// Its direct callees with an entry hook (their call sites carry no probe).
     pub(crate) hooked_callees: KVec<u64>,
     /// The targets of its calls through global function pointers, read when it was armed
-    /// (`smp_ops.send_reschedule`, `x86_platform`'s methods; see `straight_program`): armed
-    /// ahead with its direct callees. The calls themselves stay indirect (their sites'
-    /// handlers see the target each call goes to).
+    /// (`smp_ops.send_reschedule`, `x86_platform`'s methods; see `straight_program`), and
+    /// the functions whose address it loads into a register (`decode::loaded_address`:
+    /// function pointers it passes on, `lru_add()` in `folio_add_lru()`): armed ahead with
+    /// its direct callees. The calls themselves stay indirect (their sites' handlers see
+    /// the target each call goes to).
     pub(crate) fixed_callees: KVec<u64>,
 }
 
@@ -493,6 +495,17 @@ impl Tracer {
                     // Someone else probes this function: its bytes cannot be trusted.
                     bad = true;
                     return;
+                }
+                // A constant address loaded into a register: where it is a function's
+                // start, a function pointer this function passes on (`folio_add_lru()`
+                // gives `lru_add()` to `folio_batch_move_lru()`, which calls it with a
+                // lock held). Armed ahead with its direct callees (`Func::fixed_callees`,
+                // which keeps only function starts in the kernel's text).
+                if pass == 0 {
+                    let at = code.get(off as usize..).unwrap_or(&[]);
+                    if let Some(t) = decode::loaded_address(at, addr) {
+                        let _ = fixed.push(t, GFP_KERNEL);
+                    }
                 }
                 let kind = branch_site(insn.flow, start..end, sym, &thunks);
                 let Some(kind) = kind else { return };

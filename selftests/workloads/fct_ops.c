@@ -9,6 +9,9 @@
  *   stat FILE   stat() FILE
  *   open FILE   openat(AT_FDCWD, FILE, O_RDONLY) + close
  *   mmap        mmap 4 anonymous pages, touch one, munmap
+ *   mmap_pinned the same, bound to the CPU it runs on (set before the gate):
+ *               the touched page's folio waits in that CPU's LRU batch, which
+ *               munmap()'s lru_add_drain() then drains through lru_add()
  *   fork        fork; the child _exit(0)s; the parent waitpid()s for it
  *   fork_rt     the same in the real-time class (SCHED_FIFO, priority 1, set
  *               before the gate; the child inherits it)
@@ -31,6 +34,7 @@
  * starts tracing it (the shell's own work before the exec, e.g. a stat() in
  * the PATH search, stays out). Exits 0 on success.
  */
+#define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -113,9 +117,14 @@ int main(int argc, char **argv)
 			return 1;
 		return close(fd) != 0;
 	}
-	if (!strcmp(op, "mmap")) {
+	if (!strcmp(op, "mmap") || !strcmp(op, "mmap_pinned")) {
+		cpu_set_t cpus;
 		char *m;
 
+		CPU_ZERO(&cpus);
+		CPU_SET(sched_getcpu(), &cpus);
+		if (!strcmp(op, "mmap_pinned") && sched_setaffinity(0, sizeof(cpus), &cpus))
+			return 1;
 		gate();
 		m = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (m == MAP_FAILED)
@@ -232,6 +241,6 @@ int main(int argc, char **argv)
 			return 1;
 		return fsync(fd) != 0;
 	}
-	fprintf(stderr, "usage: fct_ops read|read_fresh|pipe|stat|open|mmap|fork|fork_rt|readdir|write|fsync [FILE] | put FILE TEXT | tcp|unix|epoll\n");
+	fprintf(stderr, "usage: fct_ops read|read_fresh|pipe|stat|open|mmap|mmap_pinned|fork|fork_rt|readdir|write|fsync [FILE] | put FILE TEXT | tcp|unix|epoll\n");
 	return 2;
 }
