@@ -84,6 +84,7 @@ impl Tracer {
         // The exit and fork hooks are kprobes at those functions' ftrace sites, so their
         // entry hooks share the site and never send a task to wait there (see `entry.rs`):
         // armed ahead, they are followed from the first call.
+        self.waits.start();
         for f in [c_str!("do_exit"), c_str!("wake_up_new_task")] {
             if let Ok((a, _)) = resolve(f) {
                 self.want_if_room(a);
