@@ -251,6 +251,8 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "atomic_arming_pending: {}", tr.ahead_pending())?;
     writeln!(t, "atomic_tables_read: {}", n(&s.ahead_tables))?;
     writeln!(t, "atomic_table_methods: {}", n(&s.ahead_methods))?;
+    writeln!(t, "start_round_armed: {}", n(&s.start_armed))?;
+    writeln!(t, "start_round_ms: {}", n(&s.start_ns) / 1_000_000)?;
     writeln!(t, "functions_armed_ahead: {}", n(&s.armed_ahead))?;
     writeln!(t, "functions_disarmed: {}", n(&s.funcs_disarmed))?;
     writeln!(t, "probe_registrations: {}", n(&s.registrations))?;

@@ -226,6 +226,10 @@ pub(crate) struct Stats {
     /// atomic context, and the methods found there not armed yet (`wait.rs`).
     pub(crate) ahead_tables: AtomicU64,
     pub(crate) ahead_methods: AtomicU64,
+    /// The last start round of arming ahead (`wait.rs`): the functions it armed, and how
+    /// long it took (ns; 0 while it runs).
+    pub(crate) start_armed: AtomicU64,
+    pub(crate) start_ns: AtomicU64,
     pub(crate) redirects: AtomicU64,
     /// Tasks that reached the trampoline with EFLAGS.AC or DF set (must stay 0).
     pub(crate) unsafe_flags: AtomicU64,

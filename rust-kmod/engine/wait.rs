@@ -402,6 +402,7 @@ impl Tracer {
         let mut armed = 0usize;
         let start = self.waits.start_round.swap(false, Ordering::AcqRel);
         let (budget, t0) = if start {
+            self.stats.start_ns.store(0, Ordering::Relaxed);
             (START_BUDGET, clock_ns())
         } else {
             (AHEAD_BUDGET, 0)
@@ -472,6 +473,12 @@ impl Tracer {
             }
         }
         if start {
+            self.stats
+                .start_armed
+                .store(armed as u64, Ordering::Relaxed);
+            self.stats
+                .start_ns
+                .store(clock_ns().saturating_sub(t0).max(1), Ordering::Relaxed);
             // The tasks that waited for the start round go on.
             self.waits.start_until.store(0, Ordering::Release);
             wake_armed();
