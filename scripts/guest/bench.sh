@@ -291,6 +291,9 @@ cold() { # name roots cmd...
     names() { # TRACE PID: the functions of its oracle sequence
         oracle_seq $1 $2 "$roots" | sort -u
     }
+    # What a slab refill or a rescheduling calls is left out, as the selftests do
+    # (ORACLE_COLD_PRUNE): whether a run refills or is rescheduled is not following.
+    ORACLE_SEQ_PRUNE=$ORACLE_COLD_PRUNE
     names /tmp/cold.warm $P3 > /tmp/cold.wn
     names /tmp/cold.ft0 $P0 | awk 'NR == FNR { a[$0] = 1; next } $0 in a' /tmp/cold.wn - > /tmp/cold.c0
     names /tmp/cold.ft1 $P2 | awk 'NR == FNR { a[$0] = 1; next } $0 in a' /tmp/cold.wn - > /tmp/cold.c1
@@ -301,6 +304,7 @@ cold() { # name roots cmd...
     echo "BENCHCOLD name=$name fct=$(oracle_seq /tmp/cold.fct $P1 "$roots" | wc -l)" \
         "ftrace=$(oracle_seq /tmp/cold.ft1 $P2 "$roots" | wc -l) agreement=$pct ftrace_ftrace=$noise" \
         "atomic=$(atomic_funcs /tmp/cold.fct) warm_atomic=$(atomic_funcs /tmp/cold.warm)"
+    ORACLE_SEQ_PRUNE=
     grep -o 'not followed: [a-z_ ]*' /tmp/cold.fct | sort | uniq -c | sed 's/^/# cold '"$name"': /'
     echo "# cold $name: not followed: atomic: $(grep 'not followed: atomic' /tmp/cold.fct |
         sed 's/.*|  *//; s/(.*//' | sort | uniq -c | awk '{ printf "%s(%s) ", $2, $1 }')"
