@@ -431,10 +431,6 @@ pub(crate) struct Tracer {
     /// When the oldest blocker not released yet was registered ([`clock_ns`]; 0: none),
     /// see `Tracer::schedule_optimize`.
     blockers_since: AtomicU64,
-    /// When the last chunk of blockers was released ([`clock_ns`]; 0: none pending), and
-    /// how many probes kprobes had optimized then: see `Tracer::release_blockers`.
-    released_at: AtomicU64,
-    released_optimized: AtomicU64,
     /// A process that stopped being traced at a privileged exec, for the work item to
     /// name in `error_log` (the exec hook cannot take its mutex); 0: none.
     privileged_exec_pid: AtomicU32,
@@ -733,8 +729,6 @@ impl TracerHandle {
                 traced: [const { AtomicU32::new(0) }; MAX_PIDS],
                 traced_mask: AtomicU64::new(0),
                 blockers_since: AtomicU64::new(0),
-                released_at: AtomicU64::new(0),
-                released_optimized: AtomicU64::new(0),
                 privileged_exec_pid: AtomicU32::new(0),
                 active: AtomicBool::new(false),
                 readers: AtomicUsize::new(0),

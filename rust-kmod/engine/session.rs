@@ -33,15 +33,6 @@ const OPTIMIZE_QUIET_MS: u32 = 250;
 const OPTIMIZE_PUBLISH_MS: u32 = 500;
 /// ... or, while it goes on, this long after the oldest was registered.
 const OPTIMIZE_MAX_DELAY_NS: u64 = 2_000_000_000;
-/// The most blockers released at once. kprobes' optimizer optimizes at most 256 probes
-/// (`MAX_OPTIMIZE_PROBES`) in a pass, and holds `kprobe_mutex` and `text_mutex` across an
-/// RCU-tasks grace period in each: released in chunks, one pass at a time, a task that
-/// waits for arming meanwhile (the work item needs both locks) waits for one pass at most,
-/// not for one per 256 probes released.
-const RELEASE_CHUNK: usize = 256;
-/// The longest wait for kprobes' pass over a chunk before the next is released (a pass
-/// that optimized nothing does not show its end).
-const RELEASE_PASS_NS: u64 = 5_000_000_000;
 
 impl Tracer {
     /// Registers the probes for tracing: the start function (armed), its entry probe and
@@ -129,7 +120,7 @@ impl Tracer {
             }
             // No task waits for the start function: its callees with an entry probe are
             // armed with it (see `wait.rs`).
-            self.arm_probe_closure(inner, root, u64::MAX);
+            self.arm_probe_closure(inner, root);
         }
         let root_hook = if root.is_some() {
             Hook::Root
@@ -408,77 +399,33 @@ impl Tracer {
         unsafe { bindings::fctrace_schedule_optimize(OPTIMIZE_QUIET_MS, push_back) };
     }
 
-    /// Gives the deferred entry hooks in one update, and releases blockers, a chunk
-    /// (`RELEASE_CHUNK`) at a time: kprobes optimizes what it can.
+    /// Gives the deferred entry hooks in one update, and releases every blocker in one
+    /// unregistration: kprobes optimizes what it can.
     /// kprobes' optimizer runs a few jiffies later, after the lock's release published
-    /// what is optimized (`stats`): the work item comes back to publish it, and to release
-    /// the next chunk once kprobes' pass over the last one has ended (what it optimized
-    /// shows in the text), at most `RELEASE_PASS_NS` after it. It finds no blocker in the
-    /// end, and stops. While a traced task waits for arming, or the start round arms, it
-    /// comes back later: a pass would hold the locks that arming needs.
+    /// what is optimized (`stats`): when blockers went, the work item comes back once more
+    /// to publish it (it finds no blocker then, and stops).
     fn release_blockers(&self) {
-        let now = clock_ns();
-        if !self.waits.none_inflight() || self.waits.start_busy(now) {
-            // SAFETY: a C wrapper of `mod_delayed_work()`.
-            unsafe { bindings::fctrace_schedule_optimize(OPTIMIZE_QUIET_MS, true) };
-            return;
-        }
         let mut inner = self.lock();
-        let optimized = optimized_probes(&inner);
-        let last = self.released_at.load(Ordering::Acquire);
-        if last != 0
-            && optimized <= self.released_optimized.load(Ordering::Relaxed)
-            && now.saturating_sub(last) < RELEASE_PASS_NS
-        {
-            drop(inner);
-            // SAFETY: a C wrapper of `schedule_delayed_work()`.
-            unsafe { bindings::fctrace_schedule_optimize(OPTIMIZE_PUBLISH_MS, false) };
-            return;
-        }
         self.blockers_since.store(0, Ordering::Release);
         // The entry hooks deferred meanwhile (see `arm_as`) too, in one update.
         self.flush_deferred_hooks(&mut inner);
-        let mut released = 0usize;
+        let mut released = false;
         let mut batch = Batch::new();
         for p in inner.funcs.iter().flat_map(|f| f.sites.iter()) {
-            if released < RELEASE_CHUNK && p.is_blocked() {
-                released += 1;
-                batch.add_blocker(p);
-            }
+            released |= p.is_blocked();
+            batch.add_blocker(p);
         }
         for p in inner.static_hooks.iter() {
-            if released < RELEASE_CHUNK && p.is_blocked() {
-                released += 1;
-                batch.add_blocker(p);
-            }
+            released |= p.is_blocked();
+            batch.add_blocker(p);
         }
         drop(batch);
-        let at = if released > 0 { now.max(1) } else { 0 };
-        self.released_optimized.store(optimized, Ordering::Relaxed);
-        self.released_at.store(at, Ordering::Release);
         drop(inner);
-        if released > 0 {
-            // SAFETY: a C wrapper of `schedule_delayed_work()`.
+        if released {
+            // SAFETY: a C wrapper of `mod_delayed_work()`/`schedule_delayed_work()`.
             unsafe { bindings::fctrace_schedule_optimize(OPTIMIZE_PUBLISH_MS, false) };
         }
     }
-}
-
-/// Probes kprobes has optimized: pre-site, post-site and entry probes (as `Guard` counts
-/// them for `stats`).
-fn optimized_probes(inner: &TracerInner) -> u64 {
-    let sites = inner
-        .funcs
-        .iter()
-        .flat_map(|f| f.sites.iter())
-        .filter(|p| p.is_optimized())
-        .count();
-    let entries = inner
-        .static_hooks
-        .iter()
-        .filter(|p| p.is_optimized())
-        .count();
-    (sites + entries) as u64
 }
 
 /// Called from the module's delayed work item: the blockers of optimizable probes go.
