@@ -120,7 +120,7 @@ impl Tracer {
             }
             // No task waits for the start function: its callees with an entry probe are
             // armed with it (see `wait.rs`).
-            self.arm_probe_closure(inner, root);
+            self.arm_probe_closure(inner, root, u64::MAX);
         }
         let root_hook = if root.is_some() {
             Hook::Root

@@ -31,8 +31,9 @@ const AHEAD_BUDGET: usize = 256;
 /// scheduler and its classes: `Tracer::activate`) goes on past `AHEAD_BUDGET`, up to
 /// this many functions, while it has taken less than `START_NS`: the first run makes its
 /// calls there in atomic context, and cut at `AHEAD_BUDGET` the closure left `fork()`'s
-/// first run 9 functions `not followed: atomic` (3 with 1024). The time bound keeps the
-/// debug kernel, which arms a function in tens of milliseconds, near `AHEAD_BUDGET`.
+/// first run 10 functions `not followed: atomic` (2 to 4 with 1024; the default kernel's
+/// whole closure, 682 functions, took 1.5 s). The time bound keeps the debug kernel,
+/// which arms a function in tens of milliseconds, near `AHEAD_BUDGET`.
 const START_BUDGET: usize = 1024;
 const START_NS: u64 = 3_000_000_000;
 /// How many levels of direct callees are armed ahead below a function first called in
@@ -44,6 +45,12 @@ const AHEAD_DEPTH: u8 = 4;
 const SYNC_DEPTH: u8 = 3;
 const SYNC_BUDGET: usize = 128;
 const SYNC_NS: u64 = 1_000_000_000;
+/// The longest a request is served (`Tracer::serve_requests`): the closure above, then
+/// the callees with an entry probe of the functions it armed, until this much time after
+/// the request was taken. What is left is armed ahead. (Without the bound, on the debug
+/// kernel under emulation, those of `handle_pte_fault()`'s closure took 11 s, and the
+/// task's wait for it timed out at `arm_wait_ms`.)
+const SERVE_NS: u64 = 2_000_000_000;
 /// A traced task that enters an armed function with fewer levels armed below it than this
 /// (`FuncTable::below`), where it may sleep, waits once for a closure below it.
 pub(super) const MIN_BELOW: u8 = 2;
@@ -76,12 +83,15 @@ pub(crate) struct Waits {
     tables: [AtomicU64; TABLES],
     /// The work item is arming what it took from `wanted` (counted as pending).
     ahead_busy: AtomicBool,
+    /// The work item is arming what a task waits for, with its closure (counted as
+    /// pending too: the task may have stopped waiting, and then it is arming ahead).
+    serving: AtomicBool,
     /// What is queued in `wanted` was queued by tracing's start: the next round may arm
     /// up to `START_BUDGET` functions.
-    pub(crate) start_round: AtomicBool,
+    start_round: AtomicBool,
     /// Until when (`clock_ns()`) a traced task that waits for arming also waits for the
     /// start round to end (0: it has ended). See `Tracer::wait_armed`.
-    pub(crate) start_until: AtomicU64,
+    start_until: AtomicU64,
     /// `lossless`: the readers' progress count ([`reader_progress`]) when a task last gave
     /// up waiting for them; while it is unchanged, no task waits. `u64::MAX`: none.
     stalled_at: AtomicU64,
@@ -96,6 +106,7 @@ impl Waits {
             wanted_next: AtomicUsize::new(0),
             tables: [const { AtomicU64::new(0) }; TABLES],
             ahead_busy: AtomicBool::new(false),
+            serving: AtomicBool::new(false),
             start_round: AtomicBool::new(false),
             start_until: AtomicU64::new(0),
             stalled_at: AtomicU64::new(u64::MAX),
@@ -322,12 +333,17 @@ impl Tracer {
     }
 
     /// Functions and ops tables queued for arming ahead and not armed yet, plus one while
-    /// the work item is arming a batch it took from the queue (for `stats`: 0 means
-    /// arming ahead is done; on a slow kernel a batch takes seconds).
+    /// the work item is arming a batch it took from the queue, and one while it arms what
+    /// a task waited for (for `stats`: 0 means arming ahead is done; on a slow kernel a
+    /// batch takes seconds, and the closure of one function, `handle_pte_fault()` on the
+    /// debug kernel, close to a minute).
     pub(crate) fn ahead_pending(&self) -> usize {
         let w = &self.waits;
         let queued = |q: &[AtomicU64]| q.iter().filter(|x| x.load(Ordering::Relaxed) != 0).count();
-        queued(&w.wanted) + queued(&w.tables) + usize::from(w.ahead_busy.load(Ordering::Acquire))
+        queued(&w.wanted)
+            + queued(&w.tables)
+            + usize::from(w.ahead_busy.load(Ordering::Acquire))
+            + usize::from(w.serving.load(Ordering::Acquire))
     }
 
     /// Adds to `todo` (at level 1: their callees are a closure's) the methods not armed
@@ -596,6 +612,7 @@ impl Tracer {
             if t == 0 {
                 continue;
             }
+            self.waits.serving.store(true, Ordering::Release);
             let armed = self.active.load(Ordering::Acquire)
                 && match self.table.lookup(t) {
                     FuncState::Unknown => self.arm(inner, t) == FuncState::Armed,
@@ -608,17 +625,23 @@ impl Tracer {
             // (`arm_sync_closure`), its callees with an entry probe (and theirs) first:
             // once kprobes has optimized such a probe, no task can wait there.
             if armed {
-                self.arm_probe_closure(inner, t);
+                let t0 = clock_ns();
+                self.arm_probe_closure(inner, t, t0 + SERVE_NS);
                 let mut closure: KVec<u64> = KVec::new();
                 self.arm_sync_closure(inner, t, &mut closure, clock_ns() + SYNC_NS);
                 // And those of each function the closure armed (it is as if the task had
                 // waited there: its own library closure, the `vsnprintf()` family of
-                // `seq_vprintf()`, not a share of one budget).
+                // `seq_vprintf()`, not a share of one budget), while there is time; the
+                // rest are armed where a task reaches them (not queued for arming
+                // ahead, which would arm four levels below each).
                 for &f in closure.iter() {
-                    self.arm_probe_closure(inner, f);
+                    if !self.arm_probe_closure(inner, f, t0 + SERVE_NS) {
+                        break;
+                    }
                 }
             }
             let _ = req.compare_exchange(t, 0, Ordering::AcqRel, Ordering::Relaxed);
+            self.waits.serving.store(false, Ordering::Release);
             wake_armed();
         }
     }
@@ -771,11 +794,17 @@ impl Tracer {
     /// through a call-site probe that are leaves themselves ([`Tracer::is_leaf_function`]:
     /// arming them registers nothing) are armed too: a task may not be able to wait for
     /// them where they are called (`rep_movs_alternative()`, called with user access
-    /// open), and the first run then follows them. With the mutex held.
-    pub(super) fn arm_probe_closure(&self, inner: &mut TracerInner, func: u64) {
+    /// open), and the first run then follows them. Stops at `deadline` (on `clock_ns()`):
+    /// returns false if it did. With the mutex held.
+    pub(super) fn arm_probe_closure(
+        &self,
+        inner: &mut TracerInner,
+        func: u64,
+        deadline: u64,
+    ) -> bool {
         let mut todo: KVec<u64> = KVec::new();
         if todo.push(func, GFP_KERNEL).is_err() {
-            return;
+            return true;
         }
         let mut next = 0;
         let mut added = 0;
@@ -800,7 +829,10 @@ impl Tracer {
                     continue;
                 }
                 if added >= PROBE_CLOSURE || !self.active.load(Ordering::Acquire) {
-                    return;
+                    return true;
+                }
+                if clock_ns() >= deadline {
+                    return false;
                 }
                 if self.table.lookup(c) == FuncState::Unknown
                     && self.arm(inner, c) == FuncState::Armed
@@ -808,11 +840,12 @@ impl Tracer {
                     added += 1;
                     self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
                     if todo.push(c, GFP_KERNEL).is_err() {
-                        return;
+                        return true;
                     }
                 }
             }
         }
+        true
     }
 
     /// The work item: tracing ends when no traced process is left; otherwise tasks in the
