@@ -137,7 +137,7 @@ impl emulate::Machine for PreSiteRegs<'_> {
 /// option draws the call's arguments only then). `None` if the stack pointer is not
 /// known.
 fn at_call(site: &SiteData, regs: &bindings::pt_regs) -> Option<(bindings::pt_regs, bool)> {
-    let end = site.prog?.run(&PreSiteRegs(regs));
+    let end = site.prog.as_ref()?.run(&PreSiteRegs(regs));
     let sp = end.target?;
     let mut at = *regs;
     at.sp = sp as _;
@@ -251,7 +251,7 @@ impl Tracer {
         };
         // The target, computed before the run executes: an armed function whose entry hook
         // is in place draws the call itself.
-        let prog = site.prog.filter(|_| site.post == 0);
+        let prog = site.prog.as_ref().filter(|_| site.post == 0);
         if let Some((p, t)) = prog.and_then(|p| Some((p, p.target(&PreSiteRegs(regs))?))) {
             let tail = !matches!(site.kind, SiteKind::Call(_));
             // An indirect jump inside the function: a jump table.
