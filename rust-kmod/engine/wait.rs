@@ -47,9 +47,9 @@ const SYNC_BUDGET: usize = 128;
 const SYNC_NS: u64 = 1_000_000_000;
 /// The longest a request is served (`Tracer::serve_requests`): the closure above, then
 /// the callees with an entry probe of the functions it armed, until this much time after
-/// the request was taken. What is left is armed ahead. (Without the bound, on the debug
-/// kernel under emulation, those of `handle_pte_fault()`'s closure took 11 s, and the
-/// task's wait for it timed out at `arm_wait_ms`.)
+/// the request was taken. What is left is armed where a task reaches it. (Without the
+/// bound, on the debug kernel under emulation, those of `handle_pte_fault()`'s closure
+/// took 11 s, and the task's wait for it timed out at `arm_wait_ms`.)
 const SERVE_NS: u64 = 2_000_000_000;
 /// A traced task that enters an armed function with fewer levels armed below it than this
 /// (`FuncTable::below`), where it may sleep, waits once for a closure below it.
