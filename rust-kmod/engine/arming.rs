@@ -12,6 +12,7 @@ use super::table::{
 use super::{kernel_text, load_kernel, read_kernel, timed, Tracer, TracerInner};
 use crate::decode::{self, Flow};
 use crate::emulate;
+use crate::fentry::{self, fentry_offset};
 use crate::kprobe::{Probe, ProbeSet};
 use crate::ksym::addr_of;
 use crate::ksym::SymBuf;
@@ -806,12 +807,10 @@ impl Tracer {
                 }
                 continue;
             }
-            let site = match sym.lookup(c) {
-                Some(info) if info.offset == 0 && !never_probed(inner, c, info.name.as_bytes()) => {
-                    ftrace_site(c)
-                }
-                _ => None,
-            };
+            let eligible = sym
+                .lookup(c)
+                .is_some_and(|i| i.offset == 0 && !never_probed(inner, c, i.name.as_bytes()));
+            let site = if eligible { ftrace_site(c, sym) } else { None };
             let Some(ip) = site else {
                 // No ftrace site: an entry probe where kprobes can optimize one (see
                 // `static_call.rs`); else its call sites are probed.
@@ -851,20 +850,25 @@ impl Tracer {
             self.stats.entry_update_ns.fetch_add(ns, Ordering::Relaxed);
             ok
         };
-        let ok = update(&ips);
-        for &(ip, c) in new.iter() {
-            // One refused the batch (ftrace said no to it): each on its own.
-            let hooked = ok || update(&[ip]);
-            if hooked {
-                hooks.add(c, HOOK_LIVE, 0);
-                self.stats.entry_hooks.fetch_add(1, Ordering::Relaxed);
-            } else {
-                hooks.set(c, HOOK_NONE);
-                self.stats
-                    .entry_hooks_refused
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        // A batch ftrace refuses (one of it is not an ftrace site after all, or another
+        // ops has exclusive use of it) is split in halves until the refused are alone.
+        fentry::apply_halving(
+            ips.len(),
+            |r| ips.get(r).is_some_and(&mut update),
+            |r, hooked| {
+                for &(_, c) in new.get(r).unwrap_or(&[]) {
+                    if hooked {
+                        hooks.add(c, HOOK_LIVE, 0);
+                        self.stats.entry_hooks.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        hooks.set(c, HOOK_NONE);
+                        self.stats
+                            .entry_hooks_refused
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            },
+        );
     }
 
     /// Whether any of `callees` has no entry hook yet and was not found unhookable: giving
@@ -965,27 +969,16 @@ pub(crate) fn call_range(func: u64, sym: &mut SymBuf) -> core::ops::RangeInclusi
 }
 
 /// The ftrace site of the function at `func`: its first instruction after `endbr64`, a
-/// 5-byte nop (or a call while ftrace uses it). `None` when it has none.
-fn ftrace_site(func: u64) -> Option<u64> {
+/// 5-byte nop, or a call into an ftrace caller while ftrace uses it (not an ordinary call:
+/// see `crates/fctrace-decode/src/fentry.rs`). `None` when it has none.
+fn ftrace_site(func: u64, sym: &mut SymBuf) -> Option<u64> {
     let mut code = [0u8; 9];
     if !read_kernel(func, &mut code) {
         return None;
     }
-    let off = fentry_offset(&code);
-    match code.get(off..off + 5)? {
-        [0x0f, 0x1f, 0x44, 0x00, 0x00] | [0xe8, ..] => Some(func + off as u64),
-        _ => None,
-    }
-}
-
-/// Where the ftrace site of a function starts: after its `endbr64`, which the kernel
-/// seals (turns into the 4-byte nop `66 0f 1f 00`) in functions whose address is never
-/// taken, so both forms count.
-fn fentry_offset(code: &[u8]) -> usize {
-    match code.get(..4) {
-        Some([0xf3, 0x0f, 0x1e, 0xfa]) | Some([0x66, 0x0f, 0x1f, 0x00]) => 4,
-        _ => 0,
-    }
+    let off =
+        fentry::ftrace_site_offset(&code, func, |t| sym.lookup(t).map(|i| (i.name, i.offset)))?;
+    Some(func + off as u64)
 }
 
 /// A run of int3 up to the end of the function is padding.

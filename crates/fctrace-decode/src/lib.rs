@@ -14,7 +14,8 @@
 //! mitigation thunk (return, retpoline, ITS, call-depth accounting) really does;
 //! the module includes it the same way (`src/thunks.rs`), and [`presite`], which
 //! chooses where a call site can be watched without a breakpoint on it, and
-//! [`emulate`], which computes an indirect call's target there.
+//! [`emulate`], which computes an indirect call's target there, and [`fentry`], which
+//! finds a function's ftrace site.
 #![no_std]
 // The decoder must not be able to panic (it runs in the kernel, on live text).
 #![deny(
@@ -31,5 +32,6 @@
 mod decode;
 pub use decode::*;
 pub mod emulate;
+pub mod fentry;
 pub mod presite;
 pub mod thunks;
