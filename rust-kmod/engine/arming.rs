@@ -392,14 +392,15 @@ impl Tracer {
         }
         self.preempt.restore_hook_bytes(f, &mut code);
         inner.restore_entry_probe_bytes(f, &mut code);
-        let fentry = fentry_offset(&code) as u32;
+        let site = site_offset(&code, f, sym);
         let mut padding = Padding::default();
         let mut found: KVec<(u64, bool)> = KVec::new();
         let mut bad = false;
         let res = decode::scan(&code, f, |off, insn| {
             let foreign = padding.foreign_int3(insn.flow, &code, off);
-            // The ftrace site (a call while ftrace uses it) is no callee.
-            if off == fentry && insn.len == 5 && (insn.nop || matches!(insn.flow, Flow::Call(_))) {
+            // The ftrace site (a call while ftrace uses it) is no callee; an ordinary call
+            // there is.
+            if Some(off) == site {
                 return;
             }
             bad |= foreign;
@@ -440,6 +441,9 @@ impl Tracer {
         self.preempt.restore_hook_bytes(start, &mut code);
         inner.restore_entry_probe_bytes(start, &mut code);
         let end = start + size;
+        // The ftrace site, if any: where the body starts after it. A function without one
+        // (`notrace`) may start with an ordinary call, which is a call site.
+        let site = site_offset(&code, start, sym);
         let fentry = fentry_offset(&code) as u32;
         let thunks = inner.thunks;
         // First pass: count sites and collect the direct callees; second: fill, leaving out
@@ -485,11 +489,8 @@ impl Tracer {
                 let foreign = padding.foreign_int3(insn.flow, &code, off);
                 // The ftrace site: the 5-byte nop (or call, while ftrace uses it) that
                 // opens the function, after `endbr64` if any.
-                if off == fentry
-                    && insn.len == 5
-                    && (insn.nop || matches!(insn.flow, Flow::Call(_)))
-                {
-                    body = fentry + 5;
+                if Some(off) == site {
+                    body = off + 5;
                     return;
                 }
                 if foreign {
@@ -945,17 +946,16 @@ pub(crate) fn never_probed(inner: &TracerInner, addr: u64, name: &[u8]) -> bool 
 
 /// The first instruction of a function after `endbr64` and the ftrace site: a probe there
 /// is an int3 probe (not ftrace-based) at the function's entry stack pointer.
-pub(crate) fn body_start(func: u64) -> Option<u64> {
+pub(crate) fn body_start(func: u64, sym: &mut SymBuf) -> Option<u64> {
     let mut code = [0u8; 16];
     if !read_kernel(func, &mut code) {
         return None;
     }
-    let mut off = fentry_offset(&code);
-    let next = decode::decode(code.get(off..)?, func + off as u64).ok()?;
-    if next.len == 5 && (next.nop || matches!(next.flow, Flow::Call(_))) {
-        off += 5;
-    }
-    Some(func + off as u64)
+    let off = match site_offset(&code, func, sym) {
+        Some(site) => site + 5,
+        None => fentry_offset(&code) as u32,
+    };
+    Some(func + u64::from(off))
 }
 
 /// Where calls of `func` may point: with call-depth tracking (`retbleed=stuff`) the
@@ -976,9 +976,14 @@ fn ftrace_site(func: u64, sym: &mut SymBuf) -> Option<u64> {
     if !read_kernel(func, &mut code) {
         return None;
     }
-    let off =
-        fentry::ftrace_site_offset(&code, func, |t| sym.lookup(t).map(|i| (i.name, i.offset)))?;
-    Some(func + off as u64)
+    Some(func + u64::from(site_offset(&code, func, sym)?))
+}
+
+/// The offset of the ftrace site in `code`, the first bytes of the function at `func`
+/// (see `crates/fctrace-decode/src/fentry.rs`).
+fn site_offset(code: &[u8], func: u64, sym: &mut SymBuf) -> Option<u32> {
+    fentry::ftrace_site_offset(code, func, |t| sym.lookup(t).map(|i| (i.name, i.offset)))
+        .map(u32::from)
 }
 
 /// A run of int3 up to the end of the function is padding.

@@ -14,7 +14,7 @@ use super::wait::wake_armed;
 use super::{clock_ns, timed, tracer, Tracer, TracerInner};
 use crate::bindings;
 use crate::kprobe::{Batch, Probe};
-use crate::ksym::resolve;
+use crate::ksym::{resolve, SymBuf};
 use crate::parse::{self, FilterVerdict, OptionName};
 use core::sync::atomic::Ordering;
 use kernel::alloc::KVec;
@@ -49,7 +49,8 @@ impl Tracer {
                 let (dispatch, _) = resolve(c_str!("x64_sys_call"))?;
                 let (table, _) = resolve(c_str!("sys_call_table"))?;
                 self.syscall_table.store(table, Ordering::Relaxed);
-                (None, body_start(dispatch).ok_or(EINVAL)?)
+                let mut sym = SymBuf::new()?;
+                (None, body_start(dispatch, &mut sym).ok_or(EINVAL)?)
             }
         };
         self.root.store(root.unwrap_or(0), Ordering::Relaxed);

@@ -9,7 +9,9 @@
  * makes no specialised copy of the function). Module
  * functions with arguments of known types, reached by an indirect call, with
  * the module's own (split) BTF under /sys/kernel/btf/fct_testmod on a kernel
- * with CONFIG_DEBUG_INFO_BTF_MODULES.
+ * with CONFIG_DEBUG_INFO_BTF_MODULES. Before the lookup, fct_testmod_first(), a
+ * notrace function that starts with a call, checks the name's length with
+ * fct_testmod_count().
  */
 #include <linux/module.h>
 #include <linux/proc_fs.h>
@@ -32,6 +34,23 @@ static noinline int fct_testmod_lookup(const char *name, unsigned int len,
 	return len == sizeof(known) - 1 && !memcmp(name, known, len) ? 0 : -ENOENT;
 }
 
+/* A traced function (it has an ftrace site). */
+static noinline unsigned int fct_testmod_count(const char *name)
+{
+	return strnlen(name, 64);
+}
+
+/*
+ * Not traceable (notrace: no ftrace site), and its first instruction is a call, as in
+ * the kernel's out-of-line copies of inline helpers on a GCC build (folio_size() calls
+ * folio_order() first) or on the debug kernel (pte_unmap(), rcu_read_unlock()): that
+ * call is a call site, not an ftrace site (trace/first_call.tc).
+ */
+static noinline notrace unsigned int fct_testmod_first(const char *name)
+{
+	return fct_testmod_count(name) + 1;
+}
+
 static noinline ssize_t fct_testmod_write(struct file *file, const char __user *ubuf,
 					  size_t count, loff_t *ppos)
 {
@@ -49,6 +68,9 @@ static noinline ssize_t fct_testmod_write(struct file *file, const char __user *
 	how = len && name[len - 1] == '*' ? FCT_TESTMOD_PREFIX : FCT_TESTMOD_EXACT;
 	if (how == FCT_TESTMOD_PREFIX)
 		name[--len] = '\0';
+	/* (Always true: the name's length plus its NUL.) */
+	if (fct_testmod_first(name) != len + 1)
+		return -EINVAL;
 	err = fct_testmod_lookup(name, len, how);
 	return err ? err : count;
 }
