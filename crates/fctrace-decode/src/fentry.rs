@@ -102,8 +102,8 @@ pub fn apply_halving(
     // 64 entries hold any `usize` range.
     let mut stack = [(0usize, 0usize); 65];
     let mut top = 0usize;
-    if n > 0 {
-        stack[0] = (0, n);
+    if let (true, Some(first)) = (n > 0, stack.first_mut()) {
+        *first = (0, n);
         top = 1;
     }
     while let Some(t) = top.checked_sub(1) {
