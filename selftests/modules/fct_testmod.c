@@ -68,7 +68,7 @@ static noinline ssize_t fct_testmod_write(struct file *file, const char __user *
 	how = len && name[len - 1] == '*' ? FCT_TESTMOD_PREFIX : FCT_TESTMOD_EXACT;
 	if (how == FCT_TESTMOD_PREFIX)
 		name[--len] = '\0';
-	/* (Always true: the name's length plus its NUL.) */
+	/* (Never: it returns the name's length plus one.) */
 	if (fct_testmod_first(name) != len + 1)
 		return -EINVAL;
 	err = fct_testmod_lookup(name, len, how);

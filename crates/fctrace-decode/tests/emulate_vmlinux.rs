@@ -281,13 +281,7 @@ fn reference(insns: &[Instruction], fin: &Instruction, m: &M) -> Option<RefEnd> 
 
 #[test]
 fn programs_on_every_vmlinux() {
-    let paths = common::find_vmlinuxes();
-    if paths.is_empty() {
-        println!("SKIP: no vmlinux (set FCTRACE_VMLINUX)");
-    }
-    for path in &paths {
-        check(path);
-    }
+    common::each_vmlinux(check);
 }
 
 fn check(path: &Path) {

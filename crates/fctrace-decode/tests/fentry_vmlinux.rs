@@ -22,13 +22,7 @@ use std::path::Path;
 
 #[test]
 fn ftrace_sites_on_every_vmlinux() {
-    let paths = common::find_vmlinuxes();
-    if paths.is_empty() {
-        println!("SKIP: no vmlinux (set FCTRACE_VMLINUX)");
-    }
-    for path in &paths {
-        check(path);
-    }
+    common::each_vmlinux(check);
 }
 
 /// The bytes of the vmlinux `elf` at `addr..addr + len`, from the section holding them.
@@ -43,8 +37,8 @@ fn bytes_at<'a>(elf: &object::File<'a>, addr: u64, len: u64) -> &'a [u8] {
     panic!("{addr:#x}: in no section");
 }
 
-/// The entries of the table between two symbols (`__start_x`, `__stop_x`).
-fn table<'a>(elf: &object::File<'a>, start: &str, stop: &str) -> &'a [u8] {
+/// The table between two symbols (`__start_x`, `__stop_x`): its address and bytes.
+fn table<'a>(elf: &object::File<'a>, start: &str, stop: &str) -> (u64, &'a [u8]) {
     let sym = |n: &str| {
         elf.symbols()
             .find(|s| s.name() == Ok(n))
@@ -52,7 +46,7 @@ fn table<'a>(elf: &object::File<'a>, start: &str, stop: &str) -> &'a [u8] {
             .address()
     };
     let (a, b) = (sym(start), sym(stop));
-    bytes_at(elf, a, b - a)
+    (a, bytes_at(elf, a, b - a))
 }
 
 fn check(path: &Path) {
@@ -66,16 +60,13 @@ fn check(path: &Path) {
         (a < f.addr + f.bytes.len() as u64).then(|| (f.name, a - f.addr))
     };
     let mcount: HashSet<u64> = table(&elf, "__start_mcount_loc", "__stop_mcount_loc")
+        .1
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
         .collect();
     // struct jump_entry { s32 code; s32 target; long key; }: `code` relative to itself.
-    let jt_start = elf
-        .symbols()
-        .find(|s| s.name() == Ok("__start___jump_table"))
-        .expect("no __start___jump_table")
-        .address();
-    let jumps: HashSet<u64> = table(&elf, "__start___jump_table", "__stop___jump_table")
+    let (jt_start, jt) = table(&elf, "__start___jump_table", "__stop___jump_table");
+    let jumps: HashSet<u64> = jt
         .chunks_exact(16)
         .enumerate()
         .map(|(i, c)| {

@@ -22,13 +22,7 @@ use std::path::Path;
 
 #[test]
 fn loaded_addresses_on_every_vmlinux() {
-    let paths = common::find_vmlinuxes();
-    if paths.is_empty() {
-        println!("SKIP: no vmlinux (set FCTRACE_VMLINUX)");
-    }
-    for path in &paths {
-        check(path);
-    }
+    common::each_vmlinux(check);
 }
 
 /// What iced says the instruction loads as a constant address, in the two forms.

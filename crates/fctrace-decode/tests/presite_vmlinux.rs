@@ -13,36 +13,27 @@
 
 mod common;
 
+use fctrace_decode::fentry::{entry_site, fentry_offset, EntrySite};
 use fctrace_decode::presite::{next_pre_site, post_site, pre_site, JUMP_LEN, MIN_INSNS};
-use fctrace_decode::{Flow, Insn};
+use fctrace_decode::Flow;
 use iced_x86::{FlowControl, Instruction, Mnemonic, OpKind};
 use std::collections::BTreeMap;
 use std::path::Path;
 
 #[test]
 fn pre_sites_on_every_vmlinux() {
-    let paths = common::find_vmlinuxes();
-    if paths.is_empty() {
-        println!("SKIP: no vmlinux (set FCTRACE_VMLINUX)");
-    }
-    for path in &paths {
-        check(path);
-    }
+    common::each_vmlinux(check);
 }
 
 /// Where a function's body starts: after `endbr64` (or its sealed form) and the
-/// 5-byte ftrace site, as `fentry_offset()` and the arming code in the module see it.
-fn body_start(code: &[u8], insns: &[(u32, Insn)]) -> u32 {
-    let mut off = match code.get(..4) {
-        Some([0xf3, 0x0f, 0x1e, 0xfa]) | Some([0x66, 0x0f, 0x1f, 0x00]) => 4,
-        _ => 0,
-    };
-    if let Some((_, i)) = insns.iter().find(|(o, _)| *o == off) {
-        if i.len == 5 && (i.nop || matches!(i.flow, Flow::Call(_))) {
-            off += 5;
-        }
+/// 5-byte ftrace site (a nop, or `call __fentry__` in a GCC-built image), as the
+/// arming code in the module sees it ([`fctrace_decode::fentry`]).
+fn body_start(code: &[u8], addr: u64, fentry: Option<u64>) -> u32 {
+    match entry_site(code, addr) {
+        EntrySite::Nop(off) => u32::from(off) + 5,
+        EntrySite::Call(off, t) if Some(t) == fentry => u32::from(off) + 5,
+        _ => fentry_offset(code) as u32,
     }
-    off
 }
 
 /// Why iced says a stepped instruction must not be in a run, if it does.
@@ -107,6 +98,7 @@ fn check(path: &Path) {
     .filter_map(|n| cf.by_name.get(n).copied())
     .collect();
     let via_thunk = |t: u64| thunk_arrays.iter().any(|&a| t >= a && t < a + 16 * 64);
+    let fentry = cf.by_name.get("__fentry__").copied();
     for f in &cf.funcs {
         let Some(common::PreSiteView {
             insns,
@@ -132,7 +124,7 @@ fn check(path: &Path) {
             }
             stepped += 1;
         }
-        let min_off = body_start(f.bytes, &insns);
+        let min_off = body_start(f.bytes, f.addr, fentry);
         for (k, &(off, i)) in insns.iter().enumerate() {
             let kind = match i.flow {
                 Flow::Call(t) if via_thunk(t) => "indirect call",

@@ -16,13 +16,7 @@ use std::path::Path;
 
 #[test]
 fn every_vmlinux_function_matches_iced() {
-    let paths = common::find_vmlinuxes();
-    if paths.is_empty() {
-        println!("SKIP: no vmlinux (set FCTRACE_VMLINUX)");
-    }
-    for path in &paths {
-        check_vmlinux(path);
-    }
+    common::each_vmlinux(check_vmlinux);
 }
 
 fn check_vmlinux(path: &Path) {

@@ -252,6 +252,18 @@ pub fn find_vmlinuxes() -> Vec<PathBuf> {
     found
 }
 
+/// Runs `check` on every vmlinux of [`find_vmlinuxes`]; without one, prints `SKIP: no
+/// vmlinux (set FCTRACE_VMLINUX)` (the test then passes).
+pub fn each_vmlinux(mut check: impl FnMut(&Path)) {
+    let paths = find_vmlinuxes();
+    if paths.is_empty() {
+        println!("SKIP: no vmlinux (set FCTRACE_VMLINUX)");
+    }
+    for path in &paths {
+        check(path);
+    }
+}
+
 /// A code symbol of a vmlinux and its bytes.
 pub struct Func<'a> {
     pub name: &'a str,
