@@ -9,9 +9,11 @@
  *   stat FILE   stat() FILE
  *   open FILE   openat(AT_FDCWD, FILE, O_RDONLY) + close
  *   mmap        mmap 4 anonymous pages, touch one, munmap
- *   mmap_pinned the same, bound to the CPU it runs on (set before the gate):
- *               the touched page's folio waits in that CPU's LRU batch, which
- *               munmap()'s lru_add_drain() then drains through lru_add()
+ *   mmap_pinned the same four times, bound to the CPU it runs on (set before
+ *               the gate): the touched page's folio waits in that CPU's LRU
+ *               batch, which munmap()'s lru_add_drain() then drains through
+ *               lru_add(), unless a kworker drained it first (khugepaged's
+ *               lru_add_drain_all() on each pass): one of four is enough
  *   fork        fork; the child _exit(0)s; the parent waitpid()s for it
  *   fork_rt     the same in the real-time class (SCHED_FIFO, priority 1, set
  *               before the gate; the child inherits it)
@@ -118,19 +120,25 @@ int main(int argc, char **argv)
 		return close(fd) != 0;
 	}
 	if (!strcmp(op, "mmap") || !strcmp(op, "mmap_pinned")) {
+		int pinned = !strcmp(op, "mmap_pinned");
 		cpu_set_t cpus;
 		char *m;
 
 		CPU_ZERO(&cpus);
 		CPU_SET(sched_getcpu(), &cpus);
-		if (!strcmp(op, "mmap_pinned") && sched_setaffinity(0, sizeof(cpus), &cpus))
+		if (pinned && sched_setaffinity(0, sizeof(cpus), &cpus))
 			return 1;
 		gate();
-		m = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (m == MAP_FAILED)
-			return 1;
-		m[4096] = 1;
-		return munmap(m, 4 * 4096) != 0;
+		for (int i = 0; i < (pinned ? 4 : 1); i++) {
+			m = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				 -1, 0);
+			if (m == MAP_FAILED)
+				return 1;
+			m[4096] = 1;
+			if (munmap(m, 4 * 4096))
+				return 1;
+		}
+		return 0;
 	}
 	if (!strcmp(op, "fork") || !strcmp(op, "fork_rt")) {
 		struct sched_param sp = { .sched_priority = 1 };

@@ -173,7 +173,7 @@ fn check(path: &Path) {
                         ));
                     }
                     let clear = next_pre_site(&steps, k, min_off, |o| targets.contains(&o))
-                        .map_or(true, |n| n == q || n >= qe);
+                        .is_none_or(|n| n == q || n >= qe);
                     *post_sites.entry(clear).or_default() += 1;
                 }
             }
