@@ -287,6 +287,13 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "entry_hook_updates: {}", n(&s.entry_updates))?;
     writeln!(t, "entry_hooks_deferred: {}", n(&s.entry_hooks_deferred))?;
     writeln!(t, "entry_hook_update_us: {}", n(&s.entry_update_ns) / 1000)?;
+    writeln!(
+        t,
+        "entry_hook_update_max_us: {}",
+        n(&s.entry_update_max_ns) / 1000
+    )?;
+    writeln!(t, "entry_hook_ops: {}", n(&s.entry_ops))?;
+    writeln!(t, "entry_hook_ops_us: {}", n(&s.entry_ops_ns) / 1000)?;
     writeln!(t, "static_call_hooks: {}", n(&s.static_hooks))?;
     writeln!(t, "entry_probes: {}", n(&s.entry_probes))?;
     writeln!(

@@ -25,22 +25,24 @@ impl EntryHooks {
 
     /// Hooks the ftrace sites `ips`, in one update of one ops' filter (one text update for
     /// all). Fails as a whole (`EINVAL` when one of them is not an ftrace site, `EBUSY`
-    /// when another ops' exclusive use of one refuses it). Sleeps.
-    pub(crate) fn add(&mut self, ips: &[u64]) -> Result {
+    /// when another ops' exclusive use of one refuses it). Returns whether this
+    /// registered an ops (the first batch of each `FCTRACE_ENTRY_SHARD` hooks, see
+    /// `helpers.c`). Sleeps.
+    pub(crate) fn add(&mut self, ips: &[u64]) -> Result<bool> {
         if ips.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         self.ips.reserve(ips.len(), GFP_KERNEL)?;
         // SAFETY: a C wrapper; `ips` is valid for `ips.len()` words (`u64` is `unsigned
         // long` on 64-bit kernels), only read.
         let r = unsafe { bindings::fctrace_entry_hooks_add(ips.as_ptr().cast(), ips.len() as u32) };
         crate::late_int3::text_changed();
-        if r != 0 {
+        if r < 0 {
             return Err(Error::from_errno(r));
         }
         // Capacity was reserved: this does not allocate.
         let _ = self.ips.extend_from_slice(ips, GFP_KERNEL);
-        Ok(())
+        Ok(r > 0)
     }
 
     /// Unhooks everything; when it returns, no callback runs any more. Sleeps.

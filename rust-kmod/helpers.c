@@ -855,6 +855,8 @@ static unsigned int fctrace_entry_count[FCTRACE_ENTRY_OPS];
 static bool fctrace_entry_registered[FCTRACE_ENTRY_OPS];
 static unsigned int fctrace_entry_cur;
 
+/* Returns 1 where this registered an ops (its first batch), 0 where it only updated the
+ * filter of one registered before, or a negative errno. */
 int fctrace_entry_hooks_add(const unsigned long *ips, unsigned int n)
 {
 	unsigned int s = fctrace_entry_cur;
@@ -880,6 +882,9 @@ int fctrace_entry_hooks_add(const unsigned long *ips, unsigned int n)
 			return ret;
 		}
 		fctrace_entry_registered[s] = true;
+		fctrace_entry_count[s] += n;
+		fctrace_entry_cur = s;
+		return 1;
 	}
 	fctrace_entry_count[s] += n;
 	fctrace_entry_cur = s;

@@ -845,11 +845,18 @@ impl Tracer {
             let t0 = super::clock_ns();
             self.stats.registrations.fetch_add(1, Ordering::Relaxed);
             self.stats.entry_updates.fetch_add(1, Ordering::Relaxed);
-            let ok = inner.entry.add(ips).is_ok();
+            let res = inner.entry.add(ips);
             let ns = super::clock_ns().saturating_sub(t0);
             self.stats.register_ns.fetch_add(ns, Ordering::Relaxed);
             self.stats.entry_update_ns.fetch_add(ns, Ordering::Relaxed);
-            ok
+            self.stats
+                .entry_update_max_ns
+                .fetch_max(ns, Ordering::Relaxed);
+            if matches!(res, Ok(true)) {
+                self.stats.entry_ops.fetch_add(1, Ordering::Relaxed);
+                self.stats.entry_ops_ns.fetch_add(ns, Ordering::Relaxed);
+            }
+            res.is_ok()
         };
         // A batch ftrace refuses (one of it is not an ftrace site after all, or another
         // ops has exclusive use of it) is split in halves until the refused are alone.

@@ -256,6 +256,12 @@ pub(crate) struct Stats {
     /// spent in them (ns; also counted in `registrations` and `register_ns`).
     pub(crate) entry_updates: AtomicU64,
     pub(crate) entry_update_ns: AtomicU64,
+    /// The longest of those updates (ns).
+    pub(crate) entry_update_max_ns: AtomicU64,
+    /// Of those updates, the ones that registered an ops of entry hooks (its first
+    /// batch, `helpers.c`), and their time (ns).
+    pub(crate) entry_ops: AtomicU64,
+    pub(crate) entry_ops_ns: AtomicU64,
     /// Functions reached through a pointer whose own entry hook waited for a later update
     /// (see `Tracer::arm_as`).
     pub(crate) entry_hooks_deferred: AtomicU64,

@@ -690,10 +690,25 @@ impl Tracer {
         todo: &mut KVec<(u64, u8)>,
         next: &mut usize,
     ) -> u8 {
+        let mut prehooked = None;
         while let Some(&(f, level)) = todo.get(*next) {
             *next += 1;
             if level >= SYNC_DEPTH {
                 continue;
+            }
+            // At the first function of a level (breadth first: the level's functions follow
+            // each other in `todo`, all armed by now), the callees about to be armed of
+            // all of them get their own callees' entry hooks in one ftrace update
+            // (`Tracer::prehook`), as many as the budget lets arm: arming each then finds
+            // its callees hooked. One update per function walked, as before, was most of
+            // the updates late in the benchmark's arming run.
+            if prehooked != Some(level) {
+                prehooked = Some(level);
+                if clock_ns() < deadline {
+                    let room = SYNC_BUDGET.saturating_sub(closure.len());
+                    let batch = self.level_batch(inner, todo, *next - 1, room);
+                    self.prehook(inner, &batch);
+                }
             }
             let mut callees: KVec<u64> = KVec::new();
             if let Some(af) = self.armed_func(inner, f) {
@@ -710,24 +725,6 @@ impl Tracer {
                         }
                     }
                 }
-            }
-            // The callees about to be armed get their own callees' entry hooks in one
-            // ftrace update (`Tracer::prehook`), as many as the budget lets arm.
-            let room = SYNC_BUDGET.saturating_sub(closure.len());
-            let mut batch: KVec<u64> = KVec::new();
-            for &c in callees.iter() {
-                if batch.len() >= room {
-                    break;
-                }
-                if self.table.lookup(c) == FuncState::Unknown
-                    && !todo.iter().any(|&(x, _)| x == c)
-                    && batch.push(c, GFP_KERNEL).is_err()
-                {
-                    break;
-                }
-            }
-            if clock_ns() < deadline {
-                self.prehook(inner, &batch);
             }
             for c in callees {
                 if todo.iter().any(|&(x, _)| x == c) {
@@ -762,6 +759,40 @@ impl Tracer {
             }
         }
         SYNC_DEPTH
+    }
+
+    /// The direct callees not armed yet of the functions of `todo[from]`'s level, from
+    /// there on (armed), at most `room`: those [`Tracer::walk_sync_closure`] is about to
+    /// arm at the next level.
+    fn level_batch(
+        &self,
+        inner: &mut TracerInner,
+        todo: &[(u64, u8)],
+        from: usize,
+        room: usize,
+    ) -> KVec<u64> {
+        let mut batch: KVec<u64> = KVec::new();
+        let Some(&(_, level)) = todo.get(from) else {
+            return batch;
+        };
+        for &(f, _) in todo.iter().skip(from).take_while(|&&(_, l)| l == level) {
+            let Some(af) = self.armed_func(inner, f) else {
+                continue;
+            };
+            for c in af.direct_callees() {
+                if batch.len() >= room {
+                    return batch;
+                }
+                if self.table.lookup(c) == FuncState::Unknown
+                    && !batch.contains(&c)
+                    && !todo.iter().any(|&(x, _)| x == c)
+                    && batch.push(c, GFP_KERNEL).is_err()
+                {
+                    return batch;
+                }
+            }
+        }
+        batch
     }
 
     /// Queues the direct callees of `func` not armed yet for arming ahead, up to

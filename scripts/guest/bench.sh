@@ -374,6 +374,10 @@ arming() {
         sleep 2
     done
     echo > $F/set_pid
+    # Where the time of the entry hooks' updates went: the longest, and those that
+    # registered an ops (one per 1024 hooks).
+    echo "# arming: entry_hook_update_max_us=$(stat_value entry_hook_update_max_us)" \
+        "entry_hook_ops=$(stat_value entry_hook_ops) entry_hook_ops_us=$(stat_value entry_hook_ops_us)"
     echo 30 > $F/disarm_after
     echo nofollow-forks > $F/options
 }
