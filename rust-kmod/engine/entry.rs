@@ -254,13 +254,23 @@ impl Tracer {
         // context, after it takes a lock, where it cannot wait: `copy_page_range()` calls
         // `copy_present_ptes()` with the page table lock held, which calls
         // `vm_normal_page()`).
+        // Where it cannot wait (atomic context), the function is queued for arming ahead
+        // (into a free place of the queue: calls not followed keep theirs), which arms the
+        // levels below it for the next run: its callees armed at a closure's edge, the
+        // first run reached them where later runs called what it had not
+        // (`pcpu_block_refresh_hint()` under the per-CPU allocator's lock in a second
+        // `fork()`).
         if matches!(callee, Callee::Follow)
             && matches!(e.via, Via::Ftrace(_) | Via::Kprobe { trapped: true, .. })
-            && d.wait.last_redirect != key
             && self.table.below(func) < super::wait::MIN_BELOW
-            && self.may_wait(&cur, d)
         {
-            callee = Callee::Wait;
+            if self.may_wait(&cur, d) {
+                if d.wait.last_redirect != key {
+                    callee = Callee::Wait;
+                }
+            } else if !cur.sleepable {
+                self.want_if_room(func);
+            }
         }
         if !matches!(callee, Callee::Wait) {
             d.wait.last_redirect = 0;

@@ -430,6 +430,7 @@ impl Tracer {
         // Breadth first: the nearest callees are the likeliest to run next; the queued
         // functions (level 0) come before any callee.
         let mut next = 0;
+        let mut cut = false;
         while let Some(&(t, level)) = todo.get(next) {
             let mut inner = self.lock();
             // Tasks waiting in the trampoline go first.
@@ -437,9 +438,11 @@ impl Tracer {
             // Stop as soon as no traced process is left (its exit queued this work item
             // again, which then ends tracing): on a slow kernel a batch takes seconds.
             if !self.active.load(Ordering::Acquire) || !self.any_traced() {
+                cut = true;
                 break;
             }
             if level > 0 && over(armed) {
+                cut = true;
                 break;
             }
             // Every `AHEAD_BATCH` functions, the callees of the next ones get their entry
@@ -487,6 +490,18 @@ impl Tracer {
                     break;
                 }
             }
+        }
+        // A walk that went to its depth: the queued functions armed before (queued where a
+        // task entered them in atomic context near a closure's edge, see `entry.rs`) have
+        // the levels below them armed, and are not queued again.
+        if !cut && todo.len() < AHEAD_WALK && AHEAD_DEPTH >= MIN_BELOW {
+            let inner = self.lock();
+            for &(t, level) in todo.iter() {
+                if level == 0 && self.table.lookup(t) == FuncState::Armed {
+                    self.table.set_below(t, MIN_BELOW, true);
+                }
+            }
+            drop(inner);
         }
         if start {
             self.stats
