@@ -861,6 +861,7 @@ int fctrace_entry_hooks_add(const unsigned long *ips, unsigned int n)
 {
 	unsigned int s = fctrace_entry_cur;
 	struct ftrace_ops *ops;
+	int fresh = 0;
 	int ret;
 
 	if (!n)
@@ -882,13 +883,11 @@ int fctrace_entry_hooks_add(const unsigned long *ips, unsigned int n)
 			return ret;
 		}
 		fctrace_entry_registered[s] = true;
-		fctrace_entry_count[s] += n;
-		fctrace_entry_cur = s;
-		return 1;
+		fresh = 1;
 	}
 	fctrace_entry_count[s] += n;
 	fctrace_entry_cur = s;
-	return 0;
+	return fresh;
 }
 
 void fctrace_entry_hooks_clear(void)

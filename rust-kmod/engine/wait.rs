@@ -715,8 +715,8 @@ impl Tracer {
             // each other in `todo`, all armed by now), the callees about to be armed of
             // all of them get their own callees' entry hooks in one ftrace update
             // (`Tracer::prehook`), as many as the budget lets arm: arming each then finds
-            // its callees hooked. One update per function walked, as before, was most of
-            // the updates late in the benchmark's arming run.
+            // its callees hooked. (With one update per function walked, the bench's arming
+            // run made 0.26 updates per armed function late; with one per level, 0.20.)
             if prehooked != Some(level) {
                 prehooked = Some(level);
                 if clock_ns() < deadline {

@@ -12,8 +12,8 @@
  *   mmap_pinned the same four times, bound to the CPU it runs on (set before
  *               the gate): the touched page's folio waits in that CPU's LRU
  *               batch, which munmap()'s lru_add_drain() then drains through
- *               lru_add(), unless a kworker drained it first (khugepaged's
- *               lru_add_drain_all() on each pass): one of four is enough
+ *               lru_add(), unless something drained it first (such as
+ *               lru_add_drain_all()'s work on each CPU): one of four is enough
  *   fork        fork; the child _exit(0)s; the parent waitpid()s for it
  *   fork_rt     the same in the real-time class (SCHED_FIFO, priority 1, set
  *               before the gate; the child inherits it)
