@@ -248,6 +248,7 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "privileged_execs_untraced: {}", n(&s.privileged_execs))?;
     writeln!(t, "atomic_calls_queued: {}", n(&s.ahead_queued))?;
     writeln!(t, "atomic_calls_overwritten: {}", n(&s.ahead_overwritten))?;
+    writeln!(t, "ahead_queued_later: {}", n(&s.ahead_later))?;
     writeln!(t, "atomic_arming_pending: {}", tr.ahead_pending())?;
     writeln!(t, "atomic_tables_read: {}", n(&s.ahead_tables))?;
     writeln!(t, "atomic_table_methods: {}", n(&s.ahead_methods))?;

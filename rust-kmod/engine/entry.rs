@@ -255,7 +255,7 @@ impl Tracer {
         // `copy_present_ptes()` with the page table lock held, which calls
         // `vm_normal_page()`).
         // Where it cannot wait (atomic context), the function is queued for arming ahead
-        // (into a free place of the queue: calls not followed keep theirs), which arms the
+        // (in a queue of its own: calls not followed keep theirs), which arms the
         // levels below it for the next run: its callees armed at a closure's edge, the
         // first run reached them where later runs called what it had not
         // (`pcpu_block_refresh_hint()` under the per-CPU allocator's lock in a second
@@ -269,7 +269,7 @@ impl Tracer {
                     callee = Callee::Wait;
                 }
             } else if !cur.sleepable {
-                self.want_if_room(func);
+                self.want_later(func);
             }
         }
         if !matches!(callee, Callee::Wait) {

@@ -222,6 +222,8 @@ pub(crate) struct Stats {
     pub(crate) ahead_queued: AtomicU64,
     /// Queued calls a later one replaced in the queue before the work item took them.
     pub(crate) ahead_overwritten: AtomicU64,
+    /// Functions queued for arming ahead after those (`Tracer::want_later`).
+    pub(crate) ahead_later: AtomicU64,
     /// Ops tables read for the other methods of a function called through them in
     /// atomic context, and the methods found there not armed yet (`wait.rs`).
     pub(crate) ahead_tables: AtomicU64,

@@ -88,7 +88,7 @@ impl Tracer {
         self.waits.start();
         for f in [c_str!("do_exit"), c_str!("wake_up_new_task")] {
             if let Ok((a, _)) = resolve(f) {
-                self.want_if_room(a);
+                self.want_start(a);
             }
         }
         // The scheduler too: a traced task enters it with preemption off (from
@@ -101,7 +101,7 @@ impl Tracer {
         let sched_shown =
             parse::filter_verdict(inner.filter_patterns(), b"__schedule") == FilterVerdict::Follow;
         if let (true, Ok((a, _))) = (sched_shown, resolve(c_str!("__schedule"))) {
-            self.want_if_room(a);
+            self.want_start(a);
             for t in &self.traced {
                 let tgid = t.load(Ordering::Relaxed);
                 if tgid != 0 {

@@ -20,6 +20,9 @@ use kernel::prelude::*;
 
 /// Functions waiting to be armed ahead.
 const WANTED: usize = 256;
+/// Functions waiting to be armed ahead that no call in atomic context asked for
+/// (`Tracer::want_later`).
+const LATER: usize = 64;
 /// Ops tables waiting to be read for arming ahead (`Tracer::want_table`).
 const TABLES: usize = 16;
 /// The largest object read as an ops table (`struct sched_class` is 232 bytes, `struct
@@ -77,6 +80,12 @@ pub(crate) struct Waits {
     /// arm ahead (0 = free slot). Written by handlers, drained by the work item.
     wanted: [AtomicU64; WANTED],
     wanted_next: AtomicUsize,
+    /// What else is to be armed ahead (0 = free slot), taken after `wanted`: armed
+    /// functions entered in atomic context with fewer than `MIN_BELOW` levels armed below
+    /// them, the callees of closures cut at their limit. A queue of their own: they once
+    /// filled the free places of `wanted`, and the calls not followed in atomic context
+    /// overwrote each other there (`atomic_warmup.tc` in CI: 25 of 59).
+    later: [AtomicU64; LATER],
     /// Slots of ops tables a function not armed yet was called through in atomic context
     /// (0 = free): the table's other methods are armed ahead too. Written by handlers,
     /// drained by the work item.
@@ -104,6 +113,7 @@ impl Waits {
             requests: [const { AtomicU64::new(0) }; MAX_TASKS],
             wanted: [const { AtomicU64::new(0) }; WANTED],
             wanted_next: AtomicUsize::new(0),
+            later: [const { AtomicU64::new(0) }; LATER],
             tables: [const { AtomicU64::new(0) }; TABLES],
             ahead_busy: AtomicBool::new(false),
             serving: AtomicBool::new(false),
@@ -125,7 +135,7 @@ impl Waits {
 
     /// Drops what is queued for arming ahead (tracing stopped).
     pub(crate) fn clear_wanted(&self) {
-        for w in self.wanted.iter() {
+        for w in Iterator::chain(self.wanted.iter(), self.later.iter()) {
             w.store(0, Ordering::Relaxed);
         }
         for w in self.tables.iter() {
@@ -284,28 +294,44 @@ impl Tracer {
         if w.wanted.iter().any(|x| x.load(Ordering::Relaxed) == target) {
             return;
         }
-        let i = w.wanted_next.fetch_add(1, Ordering::Relaxed) % WANTED;
-        if w.wanted[i].swap(target, Ordering::AcqRel) != 0 {
-            // The queue went round before the work item took that one: it is not armed
-            // ahead this time (the next call in atomic context queues it again).
-            self.stats.ahead_overwritten.fetch_add(1, Ordering::Relaxed);
-        }
         self.stats.ahead_queued.fetch_add(1, Ordering::Relaxed);
+        // A free slot if there is one; else the next one round the queue.
+        if !put_free(&w.wanted, target) {
+            let i = w.wanted_next.fetch_add(1, Ordering::Relaxed) % WANTED;
+            if w.wanted[i].swap(target, Ordering::AcqRel) != 0 {
+                // The queue is full: the function that was there is not armed ahead this
+                // time (the next call in atomic context queues it again).
+                self.stats.ahead_overwritten.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         self.kick_work();
     }
 
-    /// Queues `target` for arming ahead only into a free slot of the queue (calls made in
-    /// atomic context, which `want` queues, keep theirs); false when there is none.
-    pub(crate) fn want_if_room(&self, target: u64) -> bool {
+    /// Queues what tracing's start arms ahead (`session.rs`) into a free slot of the
+    /// queue the calls made in atomic context use; false when there is none.
+    pub(crate) fn want_start(&self, target: u64) -> bool {
         let w = &self.waits;
-        if w.wanted.iter().any(|x| x.load(Ordering::Relaxed) == target) {
+        let queued = w.wanted.iter().any(|x| x.load(Ordering::Relaxed) == target)
+            || put_free(&w.wanted, target);
+        if queued {
+            self.kick_work();
+        }
+        queued
+    }
+
+    /// Queues `target` for arming ahead, after the calls made in atomic context, into a
+    /// free slot of a queue of its own (`Waits::later`); false when it is full (it is
+    /// queued again the next time). Safe in any context: an armed function a task entered
+    /// in atomic context with fewer than `MIN_BELOW` levels armed below it (`entry.rs`),
+    /// the callees of a closure cut at its limit.
+    pub(crate) fn want_later(&self, target: u64) -> bool {
+        let w = &self.waits;
+        if w.later.iter().any(|x| x.load(Ordering::Relaxed) == target) {
             return true;
         }
-        let queued = w.wanted.iter().any(|x| {
-            x.compare_exchange(0, target, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        });
+        let queued = put_free(&w.later, target);
         if queued {
+            self.stats.ahead_later.fetch_add(1, Ordering::Relaxed);
             self.kick_work();
         }
         queued
@@ -341,6 +367,7 @@ impl Tracer {
         let w = &self.waits;
         let queued = |q: &[AtomicU64]| q.iter().filter(|x| x.load(Ordering::Relaxed) != 0).count();
         queued(&w.wanted)
+            + queued(&w.later)
             + queued(&w.tables)
             + usize::from(w.ahead_busy.load(Ordering::Acquire))
             + usize::from(w.serving.load(Ordering::Acquire))
@@ -407,8 +434,14 @@ impl Tracer {
     /// emulation).
     fn arm_ahead(&self) {
         let mut todo: KVec<(u64, u8)> = KVec::new();
-        for w in &self.waits.wanted {
+        // Calls not followed in atomic context first, then the functions at closures'
+        // edges and the callees of cut closures (`Waits::later`; armed functions there:
+        // the walk goes on through them).
+        for w in Iterator::chain(self.waits.wanted.iter(), self.waits.later.iter()) {
             let t = w.swap(0, Ordering::AcqRel);
+            if t != 0 && todo.iter().any(|&(c, _)| c == t) {
+                continue;
+            }
             if t != 0 && todo.push((t, 0), GFP_KERNEL).is_err() {
                 // No memory for the list: leave it queued for the next round.
                 w.store(t, Ordering::Release);
@@ -811,8 +844,7 @@ impl Tracer {
     }
 
     /// Queues the direct callees of `func` not armed yet for arming ahead, up to
-    /// `WANT_CALLEES`, into free places of the queue only (calls made in atomic context
-    /// keep theirs).
+    /// `WANT_CALLEES`, after the calls made in atomic context (`Tracer::want_later`).
     fn want_callees(&self, inner: &mut TracerInner, func: u64) {
         let Some(f) = self.armed_func(inner, func) else {
             return;
@@ -823,7 +855,7 @@ impl Tracer {
                 break;
             }
             if self.table.lookup(c) == FuncState::Unknown {
-                if !self.want_if_room(c) {
+                if !self.want_later(c) {
                     break;
                 }
                 n += 1;
@@ -999,4 +1031,12 @@ pub(crate) extern "C" fn fctrace_sync_work() {
     if let Some(tr) = tracer() {
         tr.sync_work();
     }
+}
+
+/// Puts `target` into a free slot (0) of `q`; false when there is none.
+fn put_free(q: &[AtomicU64], target: u64) -> bool {
+    q.iter().any(|x| {
+        x.compare_exchange(0, target, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })
 }
