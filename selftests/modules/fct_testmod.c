@@ -12,9 +12,18 @@
  * with CONFIG_DEBUG_INFO_BTF_MODULES. Before the lookup, fct_testmod_first(), a
  * notrace function that starts with a call, checks the name's length with
  * fct_testmod_count().
+ *
+ * Writing 1 or 2 to /proc/fct_testmod_edge calls fct_testmod_edge_write(), which
+ * takes a spinlock and calls fct_testmod_edge_a() -> _b() -> _c() with it held;
+ * fct_testmod_edge_c() calls fct_testmod_edge_d1() for 1 and fct_testmod_edge_d2() for
+ * 2: a call chain three levels deep below a function reached through an ops table,
+ * made in atomic context, whose last function calls another callee from one run to
+ * the next (trace/atomic_edge.tc).
  */
+#include <linux/kstrtox.h>
 #include <linux/module.h>
 #include <linux/proc_fs.h>
+#include <linux/spinlock.h>
 #include <linux/string.h>
 #include <linux/uaccess.h>
 
@@ -79,16 +88,82 @@ static const struct proc_ops fct_testmod_ops = {
 	.proc_write = fct_testmod_write,
 };
 
+static DEFINE_SPINLOCK(fct_testmod_edge_lock);
+static unsigned int fct_testmod_edge_count[3];
+
+/*
+ * The chain below fct_testmod_edge_write(), called with the lock held. Each adds to
+ * what its callee returns (no tail call) and uses its argument, which comes from
+ * user space (no specialised copy).
+ */
+static noinline unsigned int fct_testmod_edge_d1(unsigned int v)
+{
+	return ++fct_testmod_edge_count[1] + v;
+}
+
+static noinline unsigned int fct_testmod_edge_d2(unsigned int v)
+{
+	return ++fct_testmod_edge_count[2] + v;
+}
+
+static noinline unsigned int fct_testmod_edge_c(unsigned int v)
+{
+	unsigned int r = v == 1 ? fct_testmod_edge_d1(v) : fct_testmod_edge_d2(v);
+
+	return r + 1;
+}
+
+static noinline unsigned int fct_testmod_edge_b(unsigned int v)
+{
+	return fct_testmod_edge_c(v) + 1;
+}
+
+static noinline unsigned int fct_testmod_edge_a(unsigned int v)
+{
+	return fct_testmod_edge_b(v) + 1;
+}
+
+static noinline ssize_t fct_testmod_edge_write(struct file *file, const char __user *ubuf,
+					       size_t count, loff_t *ppos)
+{
+	unsigned int v;
+	int err;
+
+	err = kstrtouint_from_user(ubuf, count, 0, &v);
+	if (err)
+		return err;
+	if (v != 1 && v != 2)
+		return -EINVAL;
+	spin_lock(&fct_testmod_edge_lock);
+	fct_testmod_edge_count[0] += fct_testmod_edge_a(v);
+	spin_unlock(&fct_testmod_edge_lock);
+	return count;
+}
+
+static const struct proc_ops fct_testmod_edge_ops = {
+	.proc_write = fct_testmod_edge_write,
+};
+
 static struct proc_dir_entry *fct_testmod_entry;
+static struct proc_dir_entry *fct_testmod_edge_entry;
 
 static int __init fct_testmod_init(void)
 {
 	fct_testmod_entry = proc_create("fct_testmod", 0200, NULL, &fct_testmod_ops);
-	return fct_testmod_entry ? 0 : -ENOMEM;
+	if (!fct_testmod_entry)
+		return -ENOMEM;
+	fct_testmod_edge_entry = proc_create("fct_testmod_edge", 0200, NULL,
+					     &fct_testmod_edge_ops);
+	if (!fct_testmod_edge_entry) {
+		proc_remove(fct_testmod_entry);
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 static void __exit fct_testmod_exit(void)
 {
+	proc_remove(fct_testmod_edge_entry);
 	proc_remove(fct_testmod_entry);
 }
 
