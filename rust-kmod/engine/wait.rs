@@ -291,12 +291,13 @@ impl Tracer {
     /// time it is called in atomic context it is followed. Safe in any context.
     pub(crate) fn want(&self, target: u64) {
         let w = &self.waits;
-        if w.wanted.iter().any(|x| x.load(Ordering::Relaxed) == target) {
+        let put = put_once(&w.wanted, target);
+        if put == Put::Present {
             return;
         }
         self.stats.ahead_queued.fetch_add(1, Ordering::Relaxed);
         // A free slot if there is one; else the next one round the queue.
-        if !put_free(&w.wanted, target) {
+        if put == Put::Full {
             let i = w.wanted_next.fetch_add(1, Ordering::Relaxed) % WANTED;
             if w.wanted[i].swap(target, Ordering::AcqRel) != 0 {
                 // The queue is full: the function that was there is not armed ahead this
@@ -310,13 +311,11 @@ impl Tracer {
     /// Queues what tracing's start arms ahead (`session.rs`) into a free slot of the
     /// queue the calls made in atomic context use; false when there is none.
     pub(crate) fn want_start(&self, target: u64) -> bool {
-        let w = &self.waits;
-        let queued = w.wanted.iter().any(|x| x.load(Ordering::Relaxed) == target)
-            || put_free(&w.wanted, target);
-        if queued {
+        let put = put_once(&self.waits.wanted, target);
+        if put == Put::New {
             self.kick_work();
         }
-        queued
+        put != Put::Full
     }
 
     /// Queues `target` for arming ahead, after the calls made in atomic context, into a
@@ -325,16 +324,12 @@ impl Tracer {
     /// in atomic context with fewer than `MIN_BELOW` levels armed below it (`entry.rs`),
     /// the callees of a closure cut at its limit.
     pub(crate) fn want_later(&self, target: u64) -> bool {
-        let w = &self.waits;
-        if w.later.iter().any(|x| x.load(Ordering::Relaxed) == target) {
-            return true;
-        }
-        let queued = put_free(&w.later, target);
-        if queued {
+        let put = put_once(&self.waits.later, target);
+        if put == Put::New {
             self.stats.ahead_later.fetch_add(1, Ordering::Relaxed);
             self.kick_work();
         }
-        queued
+        put != Put::Full
     }
 
     /// Asks the work item to arm ahead the other methods of the ops table whose slot
@@ -1033,10 +1028,29 @@ pub(crate) extern "C" fn fctrace_sync_work() {
     }
 }
 
-/// Puts `target` into a free slot (0) of `q`; false when there is none.
-fn put_free(q: &[AtomicU64], target: u64) -> bool {
-    q.iter().any(|x| {
+/// What [`put_once`] did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Put {
+    /// `target` was queued already.
+    Present,
+    /// Put into a free slot.
+    New,
+    /// Not queued: no free slot.
+    Full,
+}
+
+/// Puts `target` into a free slot (0) of the queue `q`, unless it is there already.
+fn put_once(q: &[AtomicU64], target: u64) -> Put {
+    if q.iter().any(|x| x.load(Ordering::Relaxed) == target) {
+        return Put::Present;
+    }
+    let free = q.iter().any(|x| {
         x.compare_exchange(0, target, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
-    })
+    });
+    if free {
+        Put::New
+    } else {
+        Put::Full
+    }
 }
