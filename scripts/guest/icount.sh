@@ -10,7 +10,8 @@
 # arming has settled after a warm-up run); fctrace-other (an untraced reader while
 # fctrace traces a parked process from vfs_read, with what the warm-up armed still
 # armed); the same two with function_graph (set_ftrace_pid, set_graph_function
-# vfs_read). Then the calls each tracer shows per read (ICOUNTC), and fctrace's symbols
+# vfs_read). The *-stat windows: another task's stat() calls, with no tracer and beside
+# each tracer (the ratio's base is none-stat). Then the calls each tracer shows per read (ICOUNTC), and fctrace's symbols
 # (ICOUNTSYM) for the host to name the addresses.
 F=/sys/kernel/fctrace
 T=/sys/kernel/tracing
@@ -22,10 +23,16 @@ TRACEFS=$T
 mount -t tracefs nodev $T 2>/dev/null
 W=0
 
-# window LABEL [traced-by: fctrace|ftrace]: one counted run of $N reads.
+# window LABEL [traced-by: fctrace|ftrace|-] [stat]: one counted run of $N reads (or,
+# with stat, $N stat() calls on a tmpfs file: system calls that share none of the
+# traced reader's code, the benchmark's stat() column).
 window() {
     rm -f $FCT_GATE
-    FCT_SYNC=1 fct_bench $N > /tmp/w.out &
+    if [ "${3:-}" = stat ]; then
+        FCT_SYNC=1 FCT_BENCH_OP=stat fct_bench $N /tmp/stat.file > /tmp/w.out &
+    else
+        FCT_SYNC=1 fct_bench $N > /tmp/w.out &
+    fi
     _b=$!
     case $2 in
     fctrace) echo $_b >> $F/set_pid ;;
@@ -42,7 +49,9 @@ calls() {
     awk -v n=$N -v l=$1 '/[A-Za-z0-9_.]+\(\)( \{|;)/ { c++ } END { print "ICOUNTC label=" l " calls=" c / n }' $2
 }
 
+echo data > /tmp/stat.file
 window none
+window none-stat - stat
 
 # fctrace: a parked traced process keeps tracing on; a warm-up run arms the reads' code.
 echo 16384 > $F/buffer_size_kb
@@ -65,7 +74,11 @@ cat $F/trace > /tmp/fct.trace
 calls fctrace /tmp/fct.trace
 echo > $F/trace
 window fctrace-other
+window fctrace-other-stat - stat
 grep -E '\[fctrace\]' /proc/kallsyms | sed 's/^/ICOUNTSYM /'
+# The functions fctrace's entry hooks sit on (for the host: which of them the other
+# tasks' windows entered).
+sed -n 's/^\([^ ]*\) .*fctrace_entry_func.*/ICOUNTHOOK \1/p' $T/enabled_functions
 kill $PARK
 wait $PARK 2>/dev/null
 echo > $F/set_pid
@@ -85,6 +98,7 @@ cat $T/trace > /tmp/ftrace.trace
 calls ftrace /tmp/ftrace.trace
 echo $PARK > $T/set_ftrace_pid
 window ftrace-other
+window ftrace-other-stat - stat
 echo 0 > $T/tracing_on
 echo nop > $T/current_tracer
 kill $PARK

@@ -55,6 +55,31 @@ pub fn parse_windows(console: &str) -> Vec<Window> {
         .collect()
 }
 
+/// The functions fctrace's entry hooks sit on (`ICOUNTHOOK name`).
+pub fn parse_hooks(console: &str) -> std::collections::HashSet<String> {
+    console
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("ICOUNTHOOK "))
+        .map(|n| n.trim().to_string())
+        .collect()
+}
+
+/// Of `funcs` (a window's functions), those in `hooks`, entered at least once in
+/// `ops` operations: how many entries per operation in all, and the most entered.
+pub fn hooked_entries(
+    funcs: &[FuncCost],
+    hooks: &std::collections::HashSet<String>,
+    ops: u64,
+) -> (f64, Vec<(String, f64)>) {
+    let mut v: Vec<(String, f64)> = funcs
+        .iter()
+        .filter(|f| f.entries > 0 && hooks.contains(&f.name))
+        .map(|f| (f.name.clone(), f.entries as f64 / ops.max(1) as f64))
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    (v.iter().map(|x| x.1).sum(), v)
+}
+
 /// Calls shown per read, per tracer (`ICOUNTC label=L calls=X`).
 pub fn parse_calls(console: &str) -> BTreeMap<String, f64> {
     console
@@ -202,14 +227,24 @@ pub fn report(
 ) -> String {
     let mut t = String::new();
     let per = |w: &Window| totals.get(w.index).map(|&n| n as f64 / w.ops.max(1) as f64);
-    let base = windows.iter().find(|w| w.label == "none").and_then(per);
+    // A window's base: the untraced window of the same operation (`-stat` windows:
+    // `none-stat`).
+    let base_of = |w: &Window| {
+        let none = if w.label.ends_with("-stat") {
+            "none-stat"
+        } else {
+            "none"
+        };
+        windows.iter().find(|b| b.label == none).and_then(per)
+    };
     let _ = writeln!(
         t,
-        "{:<16} {:>12} {:>8} {:>11} {:>15}",
-        "window", "instr/read", "ratio", "calls/read", "instr/call shown"
+        "{:<20} {:>12} {:>8} {:>11} {:>15}",
+        "window", "instr/op", "ratio", "calls/read", "instr/call shown"
     );
     for w in windows {
         let Some(p) = per(w) else { continue };
+        let base = base_of(w);
         let ratio = base.map_or(String::new(), |b| format!("{:.2}", p / b));
         let tracer = w.label.split('-').next().unwrap_or("");
         let c = calls.get(tracer).filter(|_| w.label.ends_with("-traced"));
@@ -219,13 +254,18 @@ pub fn report(
         };
         let _ = writeln!(
             t,
-            "{:<16} {:>12.0} {:>8} {:>11} {:>15}",
+            "{:<20} {:>12.0} {:>8} {:>11} {:>15}",
             w.label, p, ratio, cs, pc
         );
     }
     for (label, funcs, ops) in top {
         let total: u64 = funcs.iter().map(|f| f.instructions).sum();
-        let _ = writeln!(t, "\n{label}: where a read's instructions go (top {ntop})");
+        let op = if label.ends_with("-stat") {
+            "stat()"
+        } else {
+            "read"
+        };
+        let _ = writeln!(t, "\n{label}: where a {op}'s instructions go (top {ntop})");
         for f in funcs.iter().take(ntop) {
             let per_read = f.instructions as f64 / (*ops).max(1) as f64;
             let entries = f.entries as f64 / (*ops).max(1) as f64;
@@ -267,7 +307,7 @@ fn json(windows: &[Window], totals: &[u64], calls: &BTreeMap<String, f64>) -> St
         .map(|(k, v)| format!("    \"{k}\": {v:.2}"))
         .collect();
     format!(
-        "{{\n  \"workload\": \"pread of /proc/version, traced from vfs_read; guest instructions counted by a QEMU plugin\",\n  \"windows\": [\n{}\n  ],\n  \"calls_per_read\": {{\n{}\n  }}\n}}\n",
+        "{{\n  \"workload\": \"pread of /proc/version, traced from vfs_read (the -stat windows: another task's stat() of a tmpfs file, per call); guest instructions counted by a QEMU plugin\",\n  \"windows\": [\n{}\n  ],\n  \"calls_per_read\": {{\n{}\n  }}\n}}\n",
         rows.join(",\n"),
         calls.join(",\n")
     )
@@ -325,7 +365,7 @@ pub fn cmd(args: IcountArgs) -> Result<i32> {
     let calls = parse_calls(&run.console);
     let tops: Vec<(String, Vec<FuncCost>, u64)> = windows
         .iter()
-        .filter(|w| w.label != "none")
+        .filter(|w| !w.label.starts_with("none"))
         .filter_map(|w| {
             Some((
                 w.label.clone(),
@@ -335,9 +375,21 @@ pub fn cmd(args: IcountArgs) -> Result<i32> {
         })
         .collect();
     println!(
-        "\n==================== guest instructions per read of /proc/version (QEMU plugin, exact)"
+        "\n==================== guest instructions per read of /proc/version (per stat() in the -stat windows; QEMU plugin, exact)"
     );
     print!("{}", report(&windows, &totals, &calls, &tops, top));
+    // What other tasks pay fctrace for: its entry hooks on the functions they enter.
+    let hooks = parse_hooks(&run.console);
+    println!("\nfctrace's entry hooks: {} functions", hooks.len());
+    for (label, funcs, ops) in tops.iter().filter(|t| t.0.starts_with("fctrace-other")) {
+        let (n, v) = hooked_entries(funcs, &hooks, *ops);
+        let list: Vec<String> = v
+            .iter()
+            .take(top)
+            .map(|(f, e)| format!("{f} {e:.1}"))
+            .collect();
+        println!("{label}: {n:.1} hooked entries per op: {}", list.join(", "));
+    }
     let j = repo_root().join("target/fctrace/icount.json");
     std::fs::write(&j, json(&windows, &totals, &calls))?;
     note(format!("wrote {}", j.display()));
@@ -424,5 +476,56 @@ ICOUNTSYM ffffffffa0002000 t cleanup_module\t[fctrace]
             "{r}"
         );
         assert!(json(&windows, &[20, 4], &calls).contains("\"per_read\": 4.0"));
+    }
+    #[test]
+    fn stat_windows_and_hooked_entries() {
+        let windows = vec![
+            Window {
+                index: 0,
+                label: "none".into(),
+                ops: 1,
+            },
+            Window {
+                index: 1,
+                label: "none-stat".into(),
+                ops: 1,
+            },
+            Window {
+                index: 2,
+                label: "fctrace-other-stat".into(),
+                ops: 1,
+            },
+        ];
+        // The stat window's ratio is to none-stat (300 / 200), not to none (300 / 100).
+        let r = report(&windows, &[100, 200, 300], &BTreeMap::new(), &[], 5);
+        assert!(
+            r.lines()
+                .any(|l| l.starts_with("fctrace-other-stat") && l.contains(" 1.50 ")),
+            "{r}"
+        );
+        let console = "ICOUNTHOOK dput\r\nICOUNTHOOK __rcu_read_lock\nICOUNTSYM x\n";
+        let hooks = parse_hooks(console);
+        assert_eq!(hooks.len(), 2);
+        let funcs = vec![
+            FuncCost {
+                name: "__rcu_read_lock".into(),
+                instructions: 60,
+                entries: 30,
+            },
+            FuncCost {
+                name: "dput".into(),
+                instructions: 200,
+                entries: 20,
+            },
+            FuncCost {
+                name: "link_path_walk".into(),
+                instructions: 900,
+                entries: 10,
+            },
+        ];
+        let (n, v) = hooked_entries(&funcs, &hooks, 10);
+        assert_eq!(n, 5.0);
+        assert_eq!(v[0], ("__rcu_read_lock".to_string(), 3.0));
+        assert_eq!(v[1], ("dput".to_string(), 2.0));
     }
 }
