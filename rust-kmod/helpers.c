@@ -31,6 +31,7 @@
 #include <linux/sched.h>
 #include <linux/sched/clock.h>
 #include <linux/sched/mm.h>
+#include <linux/sched/rt.h>
 #include <linux/sched/signal.h>
 #include <linux/sched/task.h>
 #include <linux/sched/task_stack.h>
@@ -71,6 +72,21 @@ static unsigned int stack_reserve = FCTRACE_STACK_RESERVE;
 module_param(stack_reserve, uint, 0644);
 MODULE_PARM_DESC(stack_reserve,
 		 "least kernel stack (bytes) a traced task must have left to wait in the trampoline; at least THREAD_SIZE/4");
+
+/* See fctrace_task_context(): whether a task in this state may wait for arming. */
+static bool fctrace_may_wait_in(unsigned int state)
+{
+	if (state == TASK_RUNNING)
+		return true;
+	return !(state & ~(TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE | TASK_WAKEKILL |
+			   TASK_NOLOAD | TASK_FREEZABLE)) &&
+	       !rt_or_dl_task(current);
+}
+
+bool fctrace_task_running(void)
+{
+	return READ_ONCE(current->__state) == TASK_RUNNING;
+}
 
 int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bool irqs,
 			 bool *sleepable)
@@ -132,9 +148,14 @@ int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bo
 	 * takes (kprobe_mutex, cpu_hotplug_lock, text_mutex): at worst the wait times out.
 	 *
 	 * A task that set its state to sleep (set_current_state() before the check of a
-	 * wait loop, e.g. in do_wait()) must not block elsewhere first: that would lose
-	 * its state (and might_sleep() warns, "do not call blocking ops when
-	 * !TASK_RUNNING").
+	 * wait loop, e.g. do_wait() around wait_task_zombie(), a wait_event() condition)
+	 * must not block elsewhere first: that would lose its state (and might_sleep()
+	 * warns, "do not call blocking ops when !TASK_RUNNING"). It may be preempted,
+	 * though (__schedule(SM_PREEMPT) keeps it on the run queue, state and all, and a
+	 * wakeup meanwhile makes it TASK_RUNNING): it waits for arming by polling, and
+	 * yields only through cond_resched() (fctrace_arm_sleep()). Only in the states of
+	 * an ordinary wait loop, and in the fair class: the work item it waits for runs
+	 * on this CPU, which a real-time task would not give up.
 	 *
 	 * Nor may a task with EFLAGS.AC set (between stac and clac: a user copy, e.g. a
 	 * call of rep_movs_alternative()) or DF set: x86-64 does not switch EFLAGS on a
@@ -148,7 +169,7 @@ int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bo
 	*sleepable = regs->sp - (unsigned long)task_stack_page(current) >=
 			     max_t(unsigned long, READ_ONCE(stack_reserve), FCTRACE_STACK_RESERVE) &&
 		     !(pc & (PREEMPT_MASK | SOFTIRQ_MASK)) &&
-		     READ_ONCE(current->__state) == TASK_RUNNING &&
+		     fctrace_may_wait_in(READ_ONCE(current->__state)) &&
 		     (regs->flags & X86_EFLAGS_IF) &&
 		     !(regs->flags & (X86_EFLAGS_AC | X86_EFLAGS_DF)) &&
 		     rcu_preempt_depth() == rcu_depth && !pagefault_disabled() &&
@@ -555,11 +576,45 @@ u32 fctrace_arm_seq(void)
 	return atomic_read_acquire(&fctrace_arm_seqno);
 }
 
+/*
+ * A task that set its state to sleep (see fctrace_task_context()) polls instead: it keeps
+ * its state, unless a wakeup makes it TASK_RUNNING meanwhile (then its wait loop checks
+ * its condition again and does not sleep), and gives the CPU up only by preemption
+ * (cond_resched(), or an interrupt's return on a preemptible kernel): the work item,
+ * queued on this CPU, runs then.
+ */
+static int fctrace_arm_poll(u32 seq, unsigned int ms)
+{
+	unsigned long end = jiffies + msecs_to_jiffies(ms);
+
+	while ((u32)atomic_read_acquire(&fctrace_arm_seqno) == seq) {
+		if (fatal_signal_pending(current))
+			return -1;
+		if (time_after_eq(jiffies, end))
+			return 0;
+		/*
+		 * What a sleep here would tell RCU Tasks (and Tasks Trace) at its voluntary
+		 * switch: the task runs no trampoline (fctrace's is module text, and the ftrace
+		 * trampoline or breakpoint that sent it here has returned). A preempted task
+		 * would otherwise hold up their grace periods, which kprobes' optimizer waits
+		 * for holding kprobe_mutex and text_mutex, which arming needs.
+		 */
+		rcu_note_voluntary_context_switch(current);
+		cond_resched();
+		cpu_relax();
+	}
+	return 1;
+}
+
 int fctrace_arm_sleep(u32 seq, unsigned int ms)
 {
-	long r = wait_event_killable_timeout(fctrace_arm_wq,
-					     (u32)atomic_read_acquire(&fctrace_arm_seqno) != seq,
-					     msecs_to_jiffies(ms));
+	long r;
+
+	if (!fctrace_task_running())
+		return fctrace_arm_poll(seq, ms);
+	r = wait_event_killable_timeout(fctrace_arm_wq,
+					(u32)atomic_read_acquire(&fctrace_arm_seqno) != seq,
+					msecs_to_jiffies(ms));
 
 	return r < 0 ? -1 : r > 0;
 }

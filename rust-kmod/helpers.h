@@ -32,6 +32,8 @@ struct trace_buffer *fctrace_rb_alloc(unsigned long size);
 int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bool irqs,
 			 bool *sleepable);
 const unsigned long *fctrace_graph_ret_stack(int *top, int *retp_off);
+/* The current task's state is TASK_RUNNING (else it waits for arming by polling). */
+bool fctrace_task_running(void);
 
 void fctrace_current_ids(u32 *pid, u32 *tgid);
 void fctrace_current_comm(u8 *comm16);
@@ -122,7 +124,8 @@ u32 fctrace_throttle_progress(void);
  * Arming by the work item: a traced task in the trampoline reads the sequence number,
  * checks whether its request is done, and if not sleeps until the work item bumps the
  * number (fctrace_arm_wake()), ms milliseconds pass, or a fatal signal comes. Returns 1
- * when woken by a bump, 0 on timeout, -1 on a fatal signal.
+ * when woken by a bump, 0 on timeout, -1 on a fatal signal. A task whose state is not
+ * TASK_RUNNING (a wait loop's) polls instead, keeping its state.
  */
 u32 fctrace_arm_seq(void);
 int fctrace_arm_sleep(u32 seq, unsigned int ms);

@@ -8,7 +8,7 @@
 
 use super::arming::{SiteData, SiteKind, Target};
 use super::table::FuncState;
-use super::tree::{Ctx, Cur, Recorder, TaskData};
+use super::tree::{task_running, Ctx, Cur, Recorder, TaskData};
 use super::{read_word, tracer, Tracer, MAX_FRAMES};
 use crate::bindings;
 use crate::kprobe::{Handler, Probe};
@@ -281,7 +281,12 @@ impl Tracer {
         }
         // lossless: the buffer is filling faster than the reader empties it; the task
         // waits in the trampoline, then makes this call again (and it is recorded).
-        if cur.sleepable && d.wait.last_throttle != site.addr && self.should_throttle() {
+        // (Not a task in a wait loop's state: the throttle's wait sleeps.)
+        if cur.sleepable
+            && d.wait.last_throttle != site.addr
+            && self.should_throttle()
+            && task_running()
+        {
             if early {
                 return SiteCall::Step;
             }

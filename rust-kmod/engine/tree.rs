@@ -31,7 +31,8 @@ pub(crate) enum Ctx {
 pub(crate) struct Cur {
     pub(crate) pid: u32,
     pub(crate) tgid: u32,
-    /// The task may sleep at the probed instruction.
+    /// The task may wait for arming at the probed instruction: sleep, or, in a wait
+    /// loop's state (not `TASK_RUNNING`), poll (see `fctrace_task_context()`).
     pub(crate) sleepable: bool,
     pub(crate) ctx: Ctx,
 }
@@ -407,6 +408,13 @@ pub(crate) fn current_ids() -> (u32, u32) {
     // SAFETY: a C accessor of `current`, which always exists.
     unsafe { bindings::fctrace_current_ids(&mut pid, &mut tgid) };
     (pid, tgid)
+}
+
+/// Whether the current task's state is `TASK_RUNNING` (not a wait loop's, set before its
+/// condition is checked: such a task must not block, see `fctrace_task_context()`).
+pub(crate) fn task_running() -> bool {
+    // SAFETY: a C accessor of `current`'s state, which always exists.
+    unsafe { bindings::fctrace_task_running() }
 }
 
 impl Tracer {

@@ -6,7 +6,7 @@
 //! throttling (a task waits for the reader instead of losing events).
 
 use super::table::{FuncState, HOOK_ENTRY, HOOK_PROBE};
-use super::tree::{current_ids, Cur, TaskData};
+use super::tree::{current_ids, task_running, Cur, TaskData};
 use super::{clock_ns, kernel_text, read_word, this_cpu, tracer, Tracer, TracerInner, MAX_TASKS};
 use crate::bindings;
 use crate::emulate;
@@ -609,6 +609,9 @@ impl Tracer {
         self.kick_work();
         let wait_ns = u64::from(self.settings.arm_wait_ms.load(Ordering::Relaxed)) * 1_000_000;
         let deadline = clock_ns() + wait_ns;
+        // A task in a wait loop's state (`fctrace_task_context()`) polls for the work item
+        // instead of sleeping, which would lose its state (`fctrace_arm_sleep()`).
+        let polls = !task_running();
         let done = loop {
             // Read before the checks: a bump after them ends the sleep at once.
             // SAFETY: a C accessor.
@@ -623,7 +626,12 @@ impl Tracer {
             // where the task cannot wait: without, a workload started at once, as the
             // oracle tests' cold runs are, ran ahead of it and showed them `not
             // followed: atomic`). Once per session at most, for `START_NS` and a second.
-            let until = self.waits.start_until.load(Ordering::Acquire);
+            // (Not a task that polls, in a wait loop's state: it would spin that long.)
+            let until = if polls {
+                0
+            } else {
+                self.waits.start_until.load(Ordering::Acquire)
+            };
             if served && now >= until {
                 break true;
             }
@@ -637,7 +645,8 @@ impl Tracer {
                 deadline
             };
             let ms = ((end - now) / 1_000_000).max(1) as u32;
-            // SAFETY: the task may sleep here (the trampoline, sleepable context).
+            // SAFETY: the task may sleep here (the trampoline, sleepable context), or poll
+            // (the helper polls when the task's state is not TASK_RUNNING).
             if unsafe { bindings::fctrace_arm_sleep(seq, ms) } < 0 {
                 break true;
             }
