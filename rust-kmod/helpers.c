@@ -79,7 +79,7 @@ static bool fctrace_may_wait_in(unsigned int state)
 	if (state == TASK_RUNNING)
 		return true;
 	return !(state & ~(TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE | TASK_WAKEKILL |
-			   TASK_NOLOAD | TASK_FREEZABLE)) &&
+			   TASK_NOLOAD)) &&
 	       !rt_or_dl_task(current);
 }
 
