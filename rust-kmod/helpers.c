@@ -78,8 +78,12 @@ static bool fctrace_may_wait_in(unsigned int state)
 {
 	if (state == TASK_RUNNING)
 		return true;
+	/*
+	 * TASK_FREEZABLE too: do_wait()'s own state. The freezer leaves a task that is
+	 * still on the run queue (polling) alone and wakes it with a fake signal instead.
+	 */
 	return !(state & ~(TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE | TASK_WAKEKILL |
-			   TASK_NOLOAD)) &&
+			   TASK_NOLOAD | TASK_FREEZABLE)) &&
 	       !rt_or_dl_task(current);
 }
 
