@@ -73,11 +73,14 @@ module_param(stack_reserve, uint, 0644);
 MODULE_PARM_DESC(stack_reserve,
 		 "least kernel stack (bytes) a traced task must have left to wait in the trampoline; at least THREAD_SIZE/4");
 
-/* See fctrace_task_context(): whether a task in this state may wait for arming. */
-static bool fctrace_may_wait_in(unsigned int state)
+/*
+ * See fctrace_task_context(): whether the current task, not TASK_RUNNING, may wait for
+ * arming by polling.
+ */
+static bool fctrace_may_poll(void)
 {
-	if (state == TASK_RUNNING)
-		return true;
+	unsigned int state = READ_ONCE(current->__state);
+
 	/*
 	 * TASK_FREEZABLE too: do_wait()'s own state. The freezer leaves a task that is
 	 * still on the run queue (polling) alone and wakes it with a fake signal instead.
@@ -89,7 +92,7 @@ static bool fctrace_may_wait_in(unsigned int state)
 
 bool fctrace_task_running(void)
 {
-	return READ_ONCE(current->__state) == TASK_RUNNING;
+	return task_is_running(current);
 }
 
 int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bool irqs,
@@ -173,7 +176,7 @@ int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bo
 	*sleepable = regs->sp - (unsigned long)task_stack_page(current) >=
 			     max_t(unsigned long, READ_ONCE(stack_reserve), FCTRACE_STACK_RESERVE) &&
 		     !(pc & (PREEMPT_MASK | SOFTIRQ_MASK)) &&
-		     fctrace_may_wait_in(READ_ONCE(current->__state)) &&
+		     (task_is_running(current) || fctrace_may_poll()) &&
 		     (regs->flags & X86_EFLAGS_IF) &&
 		     !(regs->flags & (X86_EFLAGS_AC | X86_EFLAGS_DF)) &&
 		     rcu_preempt_depth() == rcu_depth && !pagefault_disabled() &&
