@@ -79,6 +79,10 @@ grep -E '\[fctrace\]' /proc/kallsyms | sed 's/^/ICOUNTSYM /'
 # The functions fctrace's entry hooks sit on (for the host: which of them the other
 # tasks' windows entered).
 sed -n 's/^\([^ ]*\) .*fctrace_entry_func.*/ICOUNTHOOK \1/p' $T/enabled_functions
+# The kprobes registered (for the host: which of them, breakpoints or optimized, the
+# windows ran into).
+mount -t debugfs nodev /sys/kernel/debug 2>/dev/null
+sed 's/^/ICOUNTKP /' /sys/kernel/debug/kprobes/list 2>/dev/null
 kill $PARK
 wait $PARK 2>/dev/null
 echo > $F/set_pid

@@ -80,6 +80,70 @@ pub fn hooked_entries(
     (v.iter().map(|x| x.1).sum(), v)
 }
 
+/// How kprobes placed a probe (`/sys/kernel/debug/kprobes/list`'s flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ProbeKind {
+    /// A breakpoint: every task that runs the address traps.
+    Breakpoint,
+    /// Optimized into a jump to a detour.
+    Optimized,
+    /// On an ftrace site, through kprobes' ftrace handler.
+    Ftrace,
+}
+
+/// The kprobes registered when fctrace's windows ended (`ICOUNTKP` and a line of
+/// kprobes' debugfs list: `addr  k  sym+0xoff  [FLAGS]`), disabled and gone ones left
+/// out, one per address.
+pub fn parse_kprobes(console: &str) -> Vec<(u64, String, ProbeKind)> {
+    let mut v: Vec<(u64, String, ProbeKind)> = console
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("ICOUNTKP "))
+        .filter(|l| !l.contains("[GONE]") && !l.contains("[DISABLED]"))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+            let _type = f.next()?;
+            let at = f.next()?.to_string();
+            let kind = if l.contains("[OPTIMIZED]") {
+                ProbeKind::Optimized
+            } else if l.contains("[FTRACE]") {
+                ProbeKind::Ftrace
+            } else {
+                ProbeKind::Breakpoint
+            };
+            Some((addr, at, kind))
+        })
+        .collect();
+    v.sort();
+    v.dedup_by_key(|p| p.0);
+    v
+}
+
+/// Of `probes`, those a window ran (the int3 or the jump at the probe's address is an
+/// instruction the plugin counts): per kind, hits per operation in all, and the probes
+/// hit, most hit first.
+pub fn probe_hits(
+    counts: &[(u64, u64)],
+    probes: &[(u64, String, ProbeKind)],
+    ops: u64,
+) -> Vec<(ProbeKind, f64, Vec<(String, f64)>)> {
+    let at: HashMap<u64, u64> = counts.iter().copied().collect();
+    let mut by: BTreeMap<ProbeKind, Vec<(String, f64)>> = BTreeMap::new();
+    for (a, name, kind) in probes {
+        if let Some(&c) = at.get(a) {
+            by.entry(*kind)
+                .or_default()
+                .push((name.clone(), c as f64 / ops.max(1) as f64));
+        }
+    }
+    by.into_iter()
+        .map(|(k, mut v)| {
+            v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            (k, v.iter().map(|x| x.1).sum(), v)
+        })
+        .collect()
+}
+
 /// Calls shown per read, per tracer (`ICOUNTC label=L calls=X`).
 pub fn parse_calls(console: &str) -> BTreeMap<String, f64> {
     console
@@ -390,6 +454,43 @@ pub fn cmd(args: IcountArgs) -> Result<i32> {
             .collect();
         println!("{label}: {n:.1} hooked entries per op: {}", list.join(", "));
     }
+    // And the kprobes they ran into: breakpoints trap, optimized probes jump to a detour.
+    let probes = parse_kprobes(&run.console);
+    println!(
+        "\nkprobes registered: {} ({} breakpoints, {} optimized, {} on ftrace sites)",
+        probes.len(),
+        probes
+            .iter()
+            .filter(|p| p.2 == ProbeKind::Breakpoint)
+            .count(),
+        probes
+            .iter()
+            .filter(|p| p.2 == ProbeKind::Optimized)
+            .count(),
+        probes.iter().filter(|p| p.2 == ProbeKind::Ftrace).count()
+    );
+    for w in windows.iter().filter(|w| w.label.starts_with("fctrace-")) {
+        let Some(c) = counts.get(w.index) else {
+            continue;
+        };
+        for (kind, n, v) in probe_hits(c, &probes, w.ops) {
+            let list: Vec<String> = v
+                .iter()
+                .take(top)
+                .map(|(f, e)| format!("{f} {e:.2}"))
+                .collect();
+            println!(
+                "{}: {n:.2} {} per op: {}",
+                w.label,
+                match kind {
+                    ProbeKind::Breakpoint => "breakpoint hits",
+                    ProbeKind::Optimized => "optimized probe entries",
+                    ProbeKind::Ftrace => "ftrace-site kprobe entries",
+                },
+                list.join(", ")
+            );
+        }
+    }
     let j = repo_root().join("target/fctrace/icount.json");
     std::fs::write(&j, json(&windows, &totals, &calls))?;
     note(format!("wrote {}", j.display()));
@@ -527,5 +628,43 @@ ICOUNTSYM ffffffffa0002000 t cleanup_module\t[fctrace]
         assert_eq!(n, 5.0);
         assert_eq!(v[0], ("__rcu_read_lock".to_string(), 3.0));
         assert_eq!(v[1], ("dput".to_string(), 2.0));
+    }
+
+    #[test]
+    fn kprobes_and_their_hits() {
+        let console = "\
+ICOUNTKP ffffffff8122e62e  k  seq_read_iter+0x32e    [OPTIMIZED]
+ICOUNTKP ffffffff8122e634  k  seq_read_iter+0x334    \r
+ICOUNTKP ffffffff8122e634  k  seq_read_iter+0x334    \r
+ICOUNTKP ffffffff81200000  k  vfs_read+0x4    [FTRACE]
+ICOUNTKP ffffffff81300000  k  gone+0x0    [GONE]
+";
+        let p = parse_kprobes(console);
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert_eq!(
+            p[2],
+            (
+                0xffff_ffff_8122_e634,
+                "seq_read_iter+0x334".into(),
+                ProbeKind::Breakpoint
+            )
+        );
+        let counts = vec![
+            (0xffff_ffff_8122_e62e, 20),
+            (0xffff_ffff_8122_e634, 10),
+            (0xffff_ffff_8100_0000, 99),
+        ];
+        let h = probe_hits(&counts, &p, 10);
+        assert_eq!(h.len(), 2);
+        assert_eq!(h[0].0, ProbeKind::Breakpoint);
+        assert_eq!(h[0].1, 1.0);
+        assert_eq!(
+            h[1],
+            (
+                ProbeKind::Optimized,
+                2.0,
+                vec![("seq_read_iter+0x32e".to_string(), 2.0)]
+            )
+        );
     }
 }
