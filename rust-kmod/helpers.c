@@ -28,6 +28,7 @@
 #include <linux/random.h>
 #include <linux/pid_namespace.h>
 #include <linux/ring_buffer.h>
+#include <linux/rethook.h>
 #include <linux/sched.h>
 #include <linux/sched/clock.h>
 #include <linux/sched/mm.h>
@@ -653,6 +654,31 @@ const unsigned long *fctrace_graph_ret_stack(int *top, int *retp_off)
 #else
 	return NULL;
 #endif
+}
+
+/*
+ * The return address a rethook (kretprobes, fprobe's exit handlers) saved for the
+ * current task's frame whose return address sits at @frame, or 0: the newest node of
+ * the task's rethook list for that frame holding something other than @tramp (a second
+ * rethook on the same frame saved the first one's trampoline). rethook_find_ret_addr()
+ * does the same but is not exported. Only the task adds and removes its nodes (an
+ * interrupt on its CPU adds its own at the head and removes them before it returns), so
+ * the task itself may walk them; at most 64 are looked at.
+ */
+unsigned long fctrace_rethook_saved_ret(unsigned long frame, unsigned long tramp)
+{
+#ifdef CONFIG_RETHOOK
+	struct llist_node *node = READ_ONCE(current->rethooks.first);
+	int n;
+
+	for (n = 0; node && n < 64; n++, node = READ_ONCE(node->next)) {
+		struct rethook_node *rh = container_of(node, struct rethook_node, llist);
+
+		if (rh->frame == frame && rh->ret_addr != tramp)
+			return rh->ret_addr;
+	}
+#endif
+	return 0;
 }
 
 /* Hooked returns: see helpers.h and engine/returns.rs. */

@@ -32,6 +32,7 @@ struct trace_buffer *fctrace_rb_alloc(unsigned long size);
 int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bool irqs,
 			 bool *sleepable);
 const unsigned long *fctrace_graph_ret_stack(int *top, int *retp_off);
+unsigned long fctrace_rethook_saved_ret(unsigned long frame, unsigned long tramp);
 /* The current task's state is TASK_RUNNING (else it waits for arming by polling). */
 bool fctrace_task_running(void);
 

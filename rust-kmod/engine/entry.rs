@@ -165,12 +165,24 @@ impl Tracer {
         let ours = (word == return_site() || self.ret_hooks.contains(word))
             .then(|| self.returns.saved(stack_key(entry_sp), entry_sp))
             .flatten();
+        // Another return hook's address: its callback or kprobe ran before this handler
+        // (function_graph, a kretprobe, an fprobe's exit) and keeps the return address it
+        // replaced, which may be a third hook's in turn (at most one of each kind here).
         let mut ret = word;
-        if ours.is_none() && self.ret_hooks.contains(ret) {
-            let handler = self.ret_hooks.graph_handler();
-            let saved = graph_saved_ret(entry_sp, handler);
-            if let Some(saved) = saved.filter(|&s| !self.ret_hooks.contains(s)) {
-                ret = saved;
+        if ours.is_none() {
+            for _ in 0..3 {
+                if !self.ret_hooks.contains(ret) {
+                    break;
+                }
+                let saved = if ret == self.ret_hooks.rethook() {
+                    rethook_saved_ret(entry_sp, ret)
+                } else {
+                    graph_saved_ret(entry_sp, self.ret_hooks.graph_handler())
+                };
+                match saved {
+                    Some(s) => ret = s,
+                    None => break,
+                }
             }
         }
         let call_site = ret.wrapping_sub(5);
@@ -320,6 +332,16 @@ impl Tracer {
         }
         0
     }
+}
+
+/// The return address a rethook (a kretprobe, an fprobe's exit) saved for the current
+/// task's frame whose return address sits at `retp`, where it put its trampoline `tramp`.
+fn rethook_saved_ret(retp: u64, tramp: u64) -> Option<u64> {
+    // SAFETY: a C accessor that walks the current task's own rethook list (at most 64
+    // nodes), which only the task changes; we run in the task, in a handler of one of its
+    // functions.
+    let r = unsafe { bindings::fctrace_rethook_saved_ret(retp as _, tramp as _) };
+    (r != 0).then_some(r as u64)
 }
 
 /// The return address function_graph saved for the current task's frame whose return

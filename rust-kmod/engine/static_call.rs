@@ -95,6 +95,8 @@ pub(crate) struct ReturnHooks([AtomicU64; 2]);
 impl ReturnHooks {
     /// Where function_graph's is.
     const GRAPH: usize = 0;
+    /// Where rethook's is.
+    const RETHOOK: usize = 1;
 
     pub(crate) fn new() -> Self {
         ReturnHooks([const { AtomicU64::new(0) }; 2])
@@ -115,6 +117,11 @@ impl ReturnHooks {
     /// function_graph's `return_to_handler` (0 if this kernel has none).
     pub(crate) fn graph_handler(&self) -> u64 {
         self.0[Self::GRAPH].load(Ordering::Relaxed)
+    }
+
+    /// rethook's `arch_rethook_trampoline` (0 if this kernel has none).
+    pub(crate) fn rethook(&self) -> u64 {
+        self.0[Self::RETHOOK].load(Ordering::Relaxed)
     }
 
     pub(crate) fn contains(&self, ret: u64) -> bool {
