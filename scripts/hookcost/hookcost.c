@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * hookcost: what an entry hook costs the tasks that are not traced, per kind of hook
- * (scripts/hookcost/run.sh; Documentation/fctrace.rst, "Entry hooks: what they cost").
+ * (scripts/hookcost/run.sh; Documentation/fctrace/design.rst, "Why an ftrace_ops").
  * A measurement for the design of the engine, not part of fctrace.
  */
 #include <linux/module.h>

@@ -3,8 +3,8 @@
 # scripts/hookcost/run.sh: builds hookcost.ko against the default test kernel, boots
 # the guest with guest.sh, and prints each kind of entry hook's cost to a task that is
 # not traced, as a ratio to no hook (the mean over 4 repetitions), and a traced task's
-# under fprobe and function_graph. See Documentation/fctrace.rst, "Entry hooks: what
-# they cost".
+# under fprobe and function_graph. See Documentation/fctrace/design.rst, "Why an
+# ftrace_ops".
 set -eu
 cd "$(dirname "$0")/../.."
 KDIR=$(cargo xtask kernel 2>&1 | sed -n 's/.*up to date: //p;s/.*built: //p' | tail -n 1)

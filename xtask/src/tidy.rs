@@ -53,8 +53,11 @@ fn kmod_item<'a>(sources: &'a [(PathBuf, String)], needles: &[&str]) -> (&'a Pat
         .unwrap_or_else(|| panic!("none of {needles:?} in rust-kmod/**/*.rs"))
 }
 
+/// The user guide, where every control file, option and `stats` key must be described.
+const USER_GUIDE: &str = "Documentation/fctrace/usage.rst";
+
 fn documentation() -> String {
-    fs::read_to_string(repo_root().join("Documentation/fctrace.rst")).unwrap()
+    fs::read_to_string(repo_root().join(USER_GUIDE)).unwrap_or_else(|e| panic!("{USER_GUIDE}: {e}"))
 }
 
 /// The string literals that follow each `prefix` in `text`.
@@ -100,9 +103,9 @@ fn report(what: &str, problems: &[String]) {
     );
 }
 
-/// Names that Documentation/fctrace.rst does not describe: neither as ``NAME`` (double
-/// backticks) nor as the first word of a line (a definition-list term such as a control
-/// file's, or a row of a table such as the `stats` keys').
+/// Names that the user guide ([`USER_GUIDE`]) does not describe: neither as ``NAME``
+/// (double backticks) nor as the first word of a line (a definition-list term such as a
+/// control file's or an option's, or a row of a table such as the `stats` keys').
 fn undocumented<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let doc = documentation();
     let terms: std::collections::HashSet<&str> = doc
@@ -131,7 +134,7 @@ fn control_files_are_documented() {
     );
     report(
         &format!(
-            "control files (FILES in {}) not described in Documentation/fctrace.rst",
+            "control files (FILES in {}) not described in {USER_GUIDE}",
             path.display()
         ),
         &undocumented(names),
@@ -157,10 +160,23 @@ fn stats_are_documented() {
     keys.extend((1..Reason::COUNT as u8).map(|v| Reason::from_u8(v).stat_name().to_string()));
     report(
         &format!(
-            "stats keys (render_stats in {}, Reason::stat_name) not described in Documentation/fctrace.rst",
+            "stats keys (render_stats in {}, Reason::stat_name) not described in {USER_GUIDE}",
             path.display()
         ),
         &undocumented(keys.iter().map(String::as_str)),
+    );
+}
+
+#[test]
+fn options_are_documented() {
+    let names: Vec<&str> = fctrace_core::parse::OPTIONS
+        .iter()
+        .map(|(_, name, _)| *name)
+        .collect();
+    assert!(!names.is_empty(), "fctrace_core::parse::OPTIONS is empty");
+    report(
+        &format!("options (fctrace_core::parse::OPTIONS) not described in {USER_GUIDE}"),
+        &undocumented(names),
     );
 }
 
@@ -307,8 +323,103 @@ fn sources_have_spdx_lines() {
     );
 }
 
+/// The byte offset of the first date in `line`: a match of the regular expression
+/// `20[0-9]{2}-[0-9]{2}-[0-9]{2}` (`d` below stands for a digit).
+fn find_date(line: &str) -> Option<usize> {
+    const SHAPE: &[u8] = b"20dd-dd-dd";
+    let b = line.as_bytes();
+    (0..b.len().saturating_sub(SHAPE.len() - 1)).find(|&i| {
+        SHAPE.iter().zip(&b[i..]).all(|(&s, &c)| match s {
+            b'd' => c.is_ascii_digit(),
+            _ => c == s,
+        })
+    })
+}
+
+/// Lines that may carry a date: licence and copyright lines.
+fn date_allowed(line: &str) -> bool {
+    line.contains("SPDX-") || line.to_ascii_lowercase().contains("copyright")
+}
+
+/// No dates in the documentation, the sources and the scripts: what happened on a day
+/// (a run, a measurement, a fix) belongs in the commit message, and the tree describes
+/// what is true now. Licence and copyright lines are exempt.
+#[test]
+fn no_dates_in_the_tree() {
+    let root = repo_root();
+    let dirs = [
+        "Documentation",
+        "selftests",
+        "rust-kmod",
+        "crates",
+        "xtask/src",
+        "scripts",
+    ];
+    // Tracked and untracked files, without those git ignores (build output).
+    let listing = duct::cmd(
+        "git",
+        [
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+            "--",
+        ]
+        .iter()
+        .chain(&dirs),
+    )
+    .dir(&root)
+    .read()
+    .expect("git ls-files");
+    let mut paths: Vec<&str> = listing
+        .split('\0')
+        .filter(|p| !p.is_empty())
+        // Of the crates, only their sources (test data records where it came from).
+        .filter(|p| match p.strip_prefix("crates/") {
+            Some(rest) => rest.split('/').nth(1) == Some("src"),
+            None => true,
+        })
+        .filter(|p| !p.contains("/target/") && !p.ends_with("bindings_generated.rs"))
+        .collect();
+    paths.sort();
+    paths.dedup();
+    let mut dated = Vec::new();
+    for p in paths {
+        let Ok(bytes) = fs::read(root.join(p)) else {
+            continue; // listed but deleted
+        };
+        let Ok(text) = String::from_utf8(bytes) else {
+            continue; // not text
+        };
+        if text.contains('\0') {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            if let Some(i) = find_date(line).filter(|_| !date_allowed(line)) {
+                dated.push(format!("{p}:{}: {}", n + 1, &line[i..i + 10]));
+            }
+        }
+    }
+    report(
+        "dates in the tree (say what is true now; a run's date and figures go in the \
+         commit message)",
+        &dated,
+    );
+}
+
 #[test]
 fn tidy_helpers() {
+    // Dates are built at run time, so that this file holds none.
+    let date = format!("{}-11-23", 2000 + 26);
+    assert_eq!(find_date(&format!("on {date}, a run")), Some(3));
+    assert_eq!(find_date(&date), Some(0));
+    assert_eq!(find_date(&date[..9]), None);
+    assert_eq!(find_date("1999-11-23 20x6-11-23 2026-1-23"), None);
+    assert_eq!(find_date("version 6.12.117, commit e00d85c"), None);
+    assert!(date_allowed(&format!("// Copyright (C) {date} Someone")));
+    assert!(date_allowed("// SPDX-License-Identifier: GPL-2.0"));
+    assert!(!date_allowed(&format!("# measured {date}")));
     assert_eq!(const_value("const A: u32 = 10_000;", "A"), Some(Ok(10_000)));
     assert_eq!(
         const_value("pub(crate) const B: u64 = 256 * 1024 + 0x10;", "B"),
