@@ -8,7 +8,7 @@
  *   select:   like poll, with select().
  *   slow:     open O_RDONLY (blocking), then forever: read 4 KiB, copy it to
  *             standard output, sleep TIMEOUT_MS (default 200); a slow reader
- *             that is one process (the shell's way, a dd per read, took over a
+ *             that is one process (the shell's way, a dd per read, takes over a
  *             second per read on the debug kernel).
  * Busybox has no tool that does an O_NONBLOCK read or a poll.
  */
