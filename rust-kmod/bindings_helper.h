@@ -12,4 +12,4 @@
 #include <linux/delay.h>
 #include <linux/rcupdate_wait.h>
 #include <linux/timekeeping.h>
-#include "helpers.h"
+#include "c/helpers.h"

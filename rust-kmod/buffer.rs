@@ -14,6 +14,7 @@ use crate::args::ArgArea;
 use crate::batch::{self, Cursor, BATCH_RECORDS};
 use crate::bindings;
 use crate::record::{Kind, Record, RECORD_WORDS};
+use crate::sys::{self, clock_ns as now, nr_cpu_ids as cpus, this_cpu};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use kernel::alloc::KVVec;
@@ -62,18 +63,24 @@ impl Stage {
     }
 }
 
+/// What a reader keeps beside its cursors (the `args` option's pending argument
+/// records), forgotten when the buffer is reset.
+pub(crate) trait ReaderExtra {
+    fn clear(&mut self);
+}
+
 /// The reading state shared by `trace_pipe` readers: per CPU, the batch being read and
-/// what was lost (under the tracer's `reading` mutex).
-pub(crate) struct ReadState {
+/// what was lost, and the readers' `P` (under the tracer's `reading` mutex).
+pub(crate) struct ReadState<P> {
     cursors: KVec<Cursor>,
-    /// Argument records waiting for their calls' records (`args`).
-    pub(crate) pending: crate::typed::Pending,
+    /// Kept for the readers (argument records waiting for their calls' records).
+    pub(crate) pending: P,
     /// CPUs whose ring buffer was found empty in this round.
     dry: KVec<bool>,
 }
 
-impl ReadState {
-    pub(crate) fn new() -> Result<Self> {
+impl<P> ReadState<P> {
+    pub(crate) fn new(pending: P) -> Result<Self> {
         let n = cpus() as usize;
         let mut cursors = KVec::with_capacity(n, GFP_KERNEL)?;
         let mut dry = KVec::with_capacity(n, GFP_KERNEL)?;
@@ -84,7 +91,7 @@ impl ReadState {
         Ok(ReadState {
             cursors,
             dry,
-            pending: crate::typed::Pending::new()?,
+            pending,
         })
     }
 
@@ -140,21 +147,6 @@ pub(crate) struct Buffer {
 unsafe impl Send for Buffer {}
 // SAFETY: as above.
 unsafe impl Sync for Buffer {}
-
-fn cpus() -> u32 {
-    // SAFETY: `nr_cpu_ids` is set at boot and read-only afterwards.
-    unsafe { bindings::nr_cpu_ids }
-}
-
-fn this_cpu() -> u32 {
-    // SAFETY: a C accessor; any context.
-    unsafe { bindings::fctrace_cpu() }
-}
-
-fn now() -> u64 {
-    // SAFETY: a C wrapper of `trace_clock_local()`, which has no preconditions.
-    unsafe { bindings::fctrace_clock() }
-}
 
 /// The sequence number of a batch event's first record.
 ///
@@ -253,8 +245,7 @@ impl Buffer {
     /// Stages record `r` followed by the slots `more` (an argument record's area), all in
     /// one batch.
     pub(crate) fn write_with(&self, r: &mut Record, more: &[Record]) {
-        // SAFETY: a C wrapper of local_irq_save(), restored below.
-        let flags = unsafe { bindings::fctrace_irq_save() };
+        let irqs_off = sys::IrqsOff::new();
         let cpu = this_cpu();
         r.cpu = cpu;
         let count = 1 + more.len();
@@ -292,14 +283,12 @@ impl Buffer {
                 if n + count == BATCH_RECORDS {
                     self.flush_stage(st, cpu);
                 } else if n == 0 {
-                    // SAFETY: NMI-safe C helper (queues an irq_work when a reader sleeps).
-                    unsafe { bindings::fctrace_wake_readers() };
+                    sys::wake_readers();
                 }
                 st.busy.store(false, Ordering::Relaxed);
             }
         }
-        // SAFETY: restores what fctrace_irq_save() saved above.
-        unsafe { bindings::fctrace_irq_restore(flags) };
+        drop(irqs_off);
     }
 
     /// Writes `st`'s records into the ring buffer as one event. On `cpu`, with interrupts
@@ -354,8 +343,8 @@ impl Buffer {
     /// Has every CPU with records staged write them into the ring buffer; waits for it.
     /// Process context.
     pub(crate) fn flush_all(&self) {
-        // SAFETY: the callbacks take `self`, live for the call; process context.
-        unsafe { bindings::fctrace_flush_cpus(Some(has_staged), Some(flush_here), self.arg()) };
+        // SAFETY: the callbacks take `self`, which lives for the call.
+        unsafe { sys::flush_cpus(has_staged, flush_here, self.arg()) };
     }
 
     fn staged(&self) -> usize {
@@ -394,7 +383,7 @@ impl Buffer {
     }
 
     /// Empties the buffer: staged records, the ring buffer, what readers hold.
-    pub(crate) fn reset(&self, rs: &mut ReadState) {
+    pub(crate) fn reset<P: ReaderExtra>(&self, rs: &mut ReadState<P>) {
         self.flush_all();
         // SAFETY: `rb` is live; process context.
         unsafe { bindings::ring_buffer_reset(self.rb) };
@@ -419,7 +408,7 @@ impl Buffer {
 
     /// Counters for `stats` (after a flush, so that nothing is left staged): records
     /// written, lost (overwritten, or refused by the ring buffer), and still to be read.
-    pub(crate) fn counts(&self, rs: &ReadState) -> (u64, u64, u64) {
+    pub(crate) fn counts<P>(&self, rs: &ReadState<P>) -> (u64, u64, u64) {
         self.flush_all();
         let (mut written, mut lost, mut left) = (0, 0, 0);
         for (cpu, (st, c)) in self.stages.iter().zip(rs.cursors.iter()).enumerate() {
@@ -437,7 +426,7 @@ impl Buffer {
     }
 
     /// Per CPU, records lost since the last reset (for the head of `trace`).
-    pub(crate) fn lost_per_cpu(&self, rs: &ReadState, out: &mut KVec<u64>) -> Result {
+    pub(crate) fn lost_per_cpu<P>(&self, rs: &ReadState<P>, out: &mut KVec<u64>) -> Result {
         for (cpu, c) in rs.cursors.iter().enumerate() {
             let gap = self.oldest_seq(cpu as u32).map_or(0, |s| c.gap(s));
             out.push(c.lost() + gap, GFP_KERNEL)?;
@@ -493,7 +482,7 @@ impl Buffer {
 
     /// The next record for `trace_pipe`, oldest first over all CPUs, stamped before
     /// `limit`.
-    fn next_pipe(&self, rs: &mut ReadState, limit: u64) -> Option<Event> {
+    fn next_pipe<P>(&self, rs: &mut ReadState<P>, limit: u64) -> Option<Event> {
         for (cpu, (c, dry)) in rs.cursors.iter_mut().zip(rs.dry.iter_mut()).enumerate() {
             if c.pending() == 0 && !*dry && !self.consume_into(cpu as u32, c) {
                 *dry = true;
@@ -508,7 +497,11 @@ impl Buffer {
     /// Consumes records, oldest first, passing each to `f` until it returns false or none
     /// is left. Staged records are flushed when they hold everything back, after giving
     /// them up to [`STAGE_WAIT_MS`] to fill up. Process context; sleeps.
-    pub(crate) fn consume(&self, rs: &mut ReadState, mut f: impl FnMut(&Event) -> bool) -> Result {
+    pub(crate) fn consume<P>(
+        &self,
+        rs: &mut ReadState<P>,
+        mut f: impl FnMut(&Event) -> bool,
+    ) -> Result {
         let mut limit = self.limit();
         let mut flushed = false;
         let mut any = false;
@@ -529,9 +522,7 @@ impl Buffer {
             let oldest = limit;
             let age_ms = now().saturating_sub(oldest) / 1_000_000;
             if age_ms < STAGE_WAIT_MS {
-                // SAFETY: a C helper; process context, no spinlock held.
-                let r = unsafe { bindings::fctrace_reader_nap((STAGE_WAIT_MS - age_ms) as u32) };
-                kernel::error::to_result(r)?;
+                sys::reader_nap((STAGE_WAIT_MS - age_ms) as u32)?;
             }
             self.flush_all();
             limit = self.limit();
@@ -544,18 +535,14 @@ impl Buffer {
 
     /// Sleeps until there are records or a signal; `Err(EINTR)`/`ERESTARTSYS` on signal.
     pub(crate) fn wait(&self) -> Result {
-        // SAFETY: `ready` takes `self`, live for the call; process context.
-        kernel::error::to_result(unsafe { bindings::fctrace_wait_ready(Some(ready), self.arg()) })
+        // SAFETY: `ready` takes `self`, which lives for the call.
+        unsafe { sys::wait_ready(ready, self.arg()) }
     }
 
     /// For `poll()`: registers on the wait queue and says whether there are records.
-    pub(crate) fn poll_wait(
-        &self,
-        file: *mut bindings::file,
-        pt: *mut bindings::poll_table_struct,
-    ) -> u32 {
+    pub(crate) fn poll_wait(&self, file: *mut sys::File, pt: *mut sys::PollTable) -> u32 {
         // SAFETY: `file` and `pt` come from the VFS poll call; `ready` takes `self`.
-        unsafe { bindings::fctrace_poll_ready(file, pt, Some(ready), self.arg()) }
+        unsafe { sys::poll_ready(file, pt, ready, self.arg()) }
     }
 
     /// A non-consuming iterator per CPU, for `trace`: the records written up to now (staged
@@ -592,8 +579,7 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        // SAFETY: trivial C helper: flushes a pending wake-up before the buffer goes.
-        unsafe { bindings::fctrace_wake_sync() };
+        sys::wake_sync();
         // SAFETY: no writer or reader is left: probes are unregistered and files closed
         // before the state that owns the buffer is dropped.
         unsafe { bindings::ring_buffer_free(self.rb) };

@@ -5,12 +5,11 @@
 //! A write is parsed completely before anything changes: bad input gets an errno, an
 //! `error_log` line for what the errno cannot say, and leaves the state as it was.
 
-use crate::bindings;
 use crate::engine::{Tracer, TracerInner, MAX_FRAMES, MAX_MAX_PROBES, MAX_PIDS};
-use crate::fs::OpenFile;
 use crate::ksym::{probeable, resolve, SymBuf};
 use crate::parse::{self, OptionName, ParseError, Symbol, OPTIONS};
 use crate::record::Reason;
+use crate::sys;
 use crate::text::Text;
 use core::fmt::Write;
 use core::sync::atomic::Ordering;
@@ -87,6 +86,21 @@ pub(crate) fn file_by_ino(ino: u64) -> Option<FileId> {
     FILES.get((ino as usize).checked_sub(2)?).map(|f| f.0)
 }
 
+/// What a file operation knows about the open file it acts on.
+pub(crate) struct OpenFile {
+    pub(crate) id: FileId,
+    /// Opened with `O_APPEND`.
+    pub(crate) append: bool,
+    /// Opened with `O_TRUNC` (`>` in a shell); only seen at open: the VFS clears it then.
+    pub(crate) truncate: bool,
+    /// Opened with `O_NONBLOCK`.
+    pub(crate) nonblock: bool,
+    /// Opened for reading.
+    pub(crate) readable: bool,
+    /// Opened for writing.
+    pub(crate) writable: bool,
+}
+
 /// Whether the current task may open `file` as it asks: CAP_SYS_ADMIN to write any file,
 /// CAP_PERFMON (or CAP_SYS_ADMIN) to read any but `README`, and no lockdown
 /// (`LOCKDOWN_TRACEFS`) to read `trace` or `trace_pipe`. The mode bits (root only) come
@@ -95,17 +109,14 @@ pub(crate) fn file_by_ino(ino: u64) -> Option<FileId> {
 pub(crate) fn may_open(file: &OpenFile) -> Result {
     let read = file.readable && file.id != FileId::Readme;
     let trace = matches!(file.id, FileId::Trace | FileId::TracePipe);
-    // SAFETY: a C helper, process context (open).
-    let r = unsafe { bindings::fctrace_may_open(read, file.writable, trace) };
-    kernel::error::to_result(r)
+    sys::may_open(read, file.writable, trace)
 }
 
 /// Whether kernel addresses are hidden from the current task: it may not see them in
 /// `/proc/kallsyms` (`kptr_restrict` 2; 1 or 0 without CAP_SYSLOG). Readers of a trace
 /// opened by such a task see `ptr:` and a hash instead of a kernel address.
 pub(crate) fn hide_addrs() -> bool {
-    // SAFETY: a C helper, process context.
-    !unsafe { bindings::fctrace_may_see_addrs() }
+    !sys::may_see_addrs()
 }
 
 /// The files whose writes replace or add to a list (see `fs::ControlFile::write`).
@@ -116,15 +127,14 @@ pub(crate) fn is_list(id: FileId) -> bool {
 /// Under lockdown (`LOCKDOWN_KPROBES`: `lockdown=confidentiality`) nothing is armed:
 /// EPERM and an `error_log` line for `file`.
 fn refuse_if_locked_down(tr: &Tracer, file: &str) -> Result {
-    // SAFETY: a C helper, process context.
-    let r = unsafe { bindings::fctrace_locked_down() };
-    if r != 0 {
+    let r = sys::locked_down();
+    if r.is_err() {
         tr.log(format_args!(
             "{}: the kernel is locked down (confidentiality): fctrace cannot arm probes",
             file
         ));
     }
-    kernel::error::to_result(r)
+    r
 }
 
 const README: &str = "\
@@ -184,8 +194,7 @@ pub(crate) fn render(tr: &Tracer, id: FileId, t: &mut Text) -> core::fmt::Result
                 if p == 0 {
                     continue;
                 }
-                // SAFETY: a C helper, process context.
-                let nr = unsafe { bindings::fctrace_tgid_vnr(p) };
+                let nr = sys::tgid_vnr(p);
                 if nr != 0 {
                     writeln!(t, "{}", nr)?;
                 }
@@ -281,7 +290,7 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(
         t,
         "late_int3_recovered: {}",
-        n(&crate::late_int3::RECOVERED)
+        n(&crate::trap_notifier::RECOVERED)
     )?;
     writeln!(t, "entry_hooks: {}", n(&s.entry_hooks))?;
     writeln!(t, "entry_hooks_refused: {}", n(&s.entry_hooks_refused))?;
@@ -463,19 +472,19 @@ fn write_set_pid(tr: &Tracer, data: &[u8], append: bool) -> Result {
         refuse_if_locked_down(tr, "set_pid")?;
     }
     for &pid in &pids[..n] {
-        // SAFETY: a C helper; looks the PID up under RCU.
-        let tgid = unsafe { bindings::fctrace_pid_to_tgid(pid as i32) };
-        if tgid < 0 {
-            // No such process in the writer's PID namespace, a kernel thread (it makes
-            // no system calls and shares no process with anything fctrace could
-            // follow), or a process that is exiting or has exited (a zombie).
-            tr.log(format_args!(
-                "set_pid: no live process has thread {} (or it is a kernel thread)",
-                pid
-            ));
-            return Err(Error::from_errno(tgid));
-        }
-        let tgid = tgid as u32;
+        let tgid = match sys::pid_to_tgid(pid as i32) {
+            Ok(tgid) => tgid,
+            Err(e) => {
+                // No such process in the writer's PID namespace, a kernel thread (it makes
+                // no system calls and shares no process with anything fctrace could
+                // follow), or a process that is exiting or has exited (a zombie).
+                tr.log(format_args!(
+                    "set_pid: no live process has thread {} (or it is a kernel thread)",
+                    pid
+                ));
+                return Err(e);
+            }
+        };
         if !tgids[..m].contains(&tgid) {
             if m == MAX_PIDS {
                 return Err(ENOSPC);
@@ -499,8 +508,7 @@ fn write_set_pid(tr: &Tracer, data: &[u8], append: bool) -> Result {
     core::sync::atomic::fence(Ordering::SeqCst);
     for t in tr.traced.iter() {
         let tgid = t.load(Ordering::Relaxed);
-        // SAFETY: a C helper, process context.
-        if tgid != 0 && !unsafe { bindings::fctrace_tgid_alive(tgid) } {
+        if tgid != 0 && !sys::tgid_alive(tgid) {
             let _ = t.compare_exchange(tgid, 0, Ordering::AcqRel, Ordering::Relaxed);
         }
     }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! fctrace's own `ftrace_ops`: entry hooks on exactly the functions the traced tasks can
-//! reach (see `engine/entry.rs` for what the callback does). The ops live in helpers.c
+//! reach (see `engine/entry.rs` for what the callback does). The ops live in c/entry_ops.c
 //! (their callback must be C: it runs for every task that calls a hooked function, and
 //! decides with one check that another task's call is none of fctrace's business), up to
 //! 16 of them with about 1024 functions each (an update of an ops' filter copies its whole
@@ -27,7 +27,7 @@ impl EntryHooks {
     /// all). Fails as a whole (`EINVAL` when one of them is not an ftrace site, `EBUSY`
     /// when another ops' exclusive use of one refuses it). Returns whether this
     /// registered an ops (the first batch of each `FCTRACE_ENTRY_SHARD` hooks, see
-    /// `helpers.c`). Sleeps.
+    /// `c/entry_ops.c`). Sleeps.
     pub(crate) fn add(&mut self, ips: &[u64]) -> Result<bool> {
         if ips.is_empty() {
             return Ok(false);
@@ -36,7 +36,7 @@ impl EntryHooks {
         // SAFETY: a C wrapper; `ips` is valid for `ips.len()` words (`u64` is `unsigned
         // long` on 64-bit kernels), only read.
         let r = unsafe { bindings::fctrace_entry_hooks_add(ips.as_ptr().cast(), ips.len() as u32) };
-        crate::late_int3::text_changed();
+        crate::trap_notifier::text_changed();
         if r < 0 {
             return Err(Error::from_errno(r));
         }
@@ -50,7 +50,7 @@ impl EntryHooks {
         // SAFETY: a C wrapper; process context, no spinlock held (our callers hold only
         // the tracer's mutex).
         unsafe { bindings::fctrace_entry_hooks_clear() };
-        crate::late_int3::text_changed();
+        crate::trap_notifier::text_changed();
         self.ips = KVec::new();
     }
 }

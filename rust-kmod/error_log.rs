@@ -2,7 +2,6 @@
 
 //! The `error_log` file: the last few refused writes and failures, each with a reason.
 
-use crate::bindings;
 use crate::text::Text;
 use core::fmt::Write;
 use kernel::alloc::KVec;
@@ -27,8 +26,7 @@ impl ErrorLog {
     /// Adds a line `[seconds] fctrace: <args>`, dropping the oldest beyond the limit.
     pub(crate) fn add(&mut self, args: core::fmt::Arguments<'_>) {
         let mut t = Text::new();
-        // SAFETY: reads the wall clock; no preconditions.
-        let secs = unsafe { bindings::ktime_get_real_seconds() };
+        let secs = crate::sys::real_seconds();
         if writeln!(t, "[{}] fctrace: {}", secs, args).is_err() {
             return;
         }

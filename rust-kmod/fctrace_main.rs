@@ -5,7 +5,8 @@
 //! Probes sit only on the call and return instructions of the functions the traced task
 //! is executing, found by decoding their live machine code; they are added as the task
 //! enters a function. Controlled through a small file system mounted on
-//! `/sys/kernel/fctrace` (see Documentation/fctrace.rst).
+//! `/sys/kernel/fctrace` (see Documentation/fctrace/usage.rst; the design is in
+//! Documentation/fctrace/design.rst).
 
 #![recursion_limit = "256"]
 
@@ -68,20 +69,21 @@ mod shadow;
 #[path = "../crates/fctrace-decode/src/thunks.rs"]
 mod thunks;
 
-// Dependencies point one way: fs -> {control, reader} -> engine -> {kprobe, buffer, ksym,
-// error_log, text, and the crates above}.
+// Dependencies point one way (xtask/src/layers.rs checks it): the crate root -> fs ->
+// {control, reader} -> engine -> {kprobe, entry_ops, buffer, trap_notifier, ksym, text,
+// error_log, sys, and the crates above}; nothing below the engine imports it.
 mod buffer;
 mod control;
 mod engine;
+mod entry_ops;
 mod error_log;
 mod fs;
-mod ftrace;
 mod kprobe;
 mod ksym;
-mod late_int3;
 mod reader;
+mod sys;
 mod text;
-mod typed;
+mod trap_notifier;
 
 module! {
     type: Fctrace,
@@ -92,25 +94,25 @@ module! {
 }
 
 // Fields drop in order: the file system goes first, then the tracer (all probes removed),
-// and the late-int3 guard last, once no breakpoint of ours can be left.
+// and the trap notifier last, once no breakpoint of ours can be left.
 struct Fctrace {
     _fs: fs::Registration,
     _tracer: engine::TracerHandle,
-    _late_int3: late_int3::Guard,
-    _modules: typed::ModuleWatch,
+    _traps: trap_notifier::Guard,
+    _modules: sys::ModuleWatch,
 }
 
 impl kernel::Module for Fctrace {
     fn init(_module: &'static ThisModule) -> Result<Self> {
-        let late_int3 = late_int3::Guard::new()?;
-        let modules = typed::ModuleWatch::new()?;
+        let traps = trap_notifier::Guard::new::<engine::Traps>()?;
+        let modules = sys::ModuleWatch::new()?;
         let tracer = engine::TracerHandle::new()?;
         let fs = fs::Registration::new()?;
         pr_info!("loaded; mount with: mount -t fctrace nodev /sys/kernel/fctrace\n");
         Ok(Fctrace {
             _fs: fs,
             _tracer: tracer,
-            _late_int3: late_int3,
+            _traps: traps,
             _modules: modules,
         })
     }

@@ -12,9 +12,10 @@
 //! Per-open data goes through `file->private_data` as a [`ForeignOwnable`].
 
 use crate::bindings;
-use crate::control::{self, file_by_ino, FileId, FILES};
+use crate::control::{self, file_by_ino, FileId, OpenFile, FILES};
 use crate::engine::{tracer, Tracer};
 use crate::reader::{self, TraceReader, READ_CHUNK};
+use crate::sys;
 use crate::text::Text;
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
@@ -37,21 +38,6 @@ const FMODE_WRITE: u32 = 1 << 1;
 const EPOLLIN: c_uint = 0x1;
 const EPOLLERR: c_uint = 0x8;
 const EPOLLRDNORM: c_uint = 0x40;
-
-/// What a file operation knows about the open file it acts on.
-pub(crate) struct OpenFile {
-    pub(crate) id: FileId,
-    /// Opened with `O_APPEND`.
-    pub(crate) append: bool,
-    /// Opened with `O_TRUNC` (`>` in a shell); only seen at open: the VFS clears it then.
-    pub(crate) truncate: bool,
-    /// Opened with `O_NONBLOCK`.
-    pub(crate) nonblock: bool,
-    /// Opened for reading.
-    pub(crate) readable: bool,
-    /// Opened for writing.
-    pub(crate) writable: bool,
-}
 
 /// One kind of file. Only the operations it implements are in its `file_operations`.
 #[vtable]
@@ -513,8 +499,7 @@ impl FileKind for PipeFile {
                 let hide = g.hide;
                 reader::drain(tr, &mut g.text, count.min(READ_CHUNK), hide)?;
                 // Room was made: a task waiting for it (lossless) may go on.
-                // SAFETY: a C helper, process context.
-                unsafe { bindings::fctrace_throttle_wake() };
+                sys::throttle_wake();
                 if !g.text.0.is_empty() {
                     continue;
                 }
@@ -546,8 +531,7 @@ impl FileKind for PipeFile {
 
     fn release(tr: &'static Tracer, _data: &Self::Data, _file: &OpenFile) {
         tr.readers.fetch_sub(1, Ordering::Relaxed);
-        // SAFETY: a C helper, process context.
-        unsafe { bindings::fctrace_throttle_wake() };
+        sys::throttle_wake();
     }
 }
 
@@ -596,7 +580,7 @@ impl Registration {
         // SAFETY: nothing uses these statics until the file system is registered below,
         // and this runs once, in module init.
         unsafe {
-            let owner = bindings::fctrace_this_module();
+            let owner = sys::this_module();
             (*CONTROL_FOPS.get()).owner = owner;
             (*TRACE_FOPS.get()).owner = owner;
             (*PIPE_FOPS.get()).owner = owner;
@@ -616,13 +600,11 @@ impl Registration {
             }
             tree[FILES.len() + 2].name = c"".as_ptr().cast();
         }
-        // SAFETY: a C helper; creates /sys/kernel/fctrace.
-        kernel::error::to_result(unsafe { bindings::fctrace_mountpoint_create() })?;
+        sys::mountpoint_create()?;
         // SAFETY: `FS_TYPE` is a static, fully initialised above.
         let r = unsafe { bindings::register_filesystem(FS_TYPE.get()) };
         if let Err(e) = kernel::error::to_result(r) {
-            // SAFETY: created just above.
-            unsafe { bindings::fctrace_mountpoint_remove() };
+            sys::mountpoint_remove();
             return Err(e);
         }
         Ok(Registration)
@@ -635,8 +617,8 @@ impl Drop for Registration {
         // file system type holds a module reference), so no superblock is left.
         unsafe {
             bindings::unregister_filesystem(FS_TYPE.get());
-            bindings::fctrace_mountpoint_remove();
         }
+        sys::mountpoint_remove();
     }
 }
 

@@ -34,7 +34,7 @@ pub(crate) trait Handler: Sized + 'static {
     /// non-zero when it changed `regs.ip` (kprobes then resumes there).
     fn pre(probe: &Probe<Self>, regs: &mut bindings::pt_regs) -> c_int;
 
-    /// The handler does nothing for a task that `engine::maybe_traced()` rules out: the
+    /// The handler does nothing for a task that `sys::maybe_traced()` rules out: the
     /// kprobes callback asks that first, before anything else (every task that runs
     /// the probed code comes there).
     const TRACED_ONLY: bool = false;
@@ -100,7 +100,7 @@ unsafe extern "C" fn pre_handler<D: Handler>(
     p: *mut bindings::kprobe,
     regs: *mut bindings::pt_regs,
 ) -> c_int {
-    if D::TRACED_ONLY && !crate::engine::maybe_traced() {
+    if D::TRACED_ONLY && !crate::sys::maybe_traced() {
         return 0;
     }
     // SAFETY: `Probe` and `Header` are `repr(C)` with the kprobe first (and `Opaque<T>`
@@ -204,9 +204,8 @@ impl<D: Handler> Probe<D> {
         if self.is_registered() {
             return;
         }
-        // SAFETY: the kprobe is ours and not registered, so nothing else accesses it; a C
-        // accessor of a constant.
-        unsafe { (*self.hdr.kp.get()).flags |= bindings::fctrace_kprobe_flag_disabled() as u32 };
+        // SAFETY: the kprobe is ours and not registered, so nothing else accesses it.
+        unsafe { (*self.hdr.kp.get()).flags |= bindings::KPROBE_FLAG_DISABLED };
     }
 
     /// The same probe without a post-handler, so that kprobes may optimize it into a jump
@@ -249,7 +248,7 @@ impl<D: Handler> Probe<D> {
             let mut one = [self.hdr.blocker.get()];
             // SAFETY: the blocker was registered (its flag was set until the swap).
             unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
-            crate::late_int3::text_changed();
+            crate::trap_notifier::text_changed();
         }
     }
 
@@ -318,7 +317,7 @@ impl<D: Handler> Probe<D> {
                 // Dropping or a batch unregisters it; refuse the site.
                 // SAFETY: registered just above.
                 unsafe { bindings::unregister_kprobes([kp].as_mut_ptr(), 1) };
-                crate::late_int3::text_changed();
+                crate::trap_notifier::text_changed();
                 self.registered.store(false, Ordering::Release);
                 return Err(Error::from_errno(r));
             }
@@ -346,8 +345,7 @@ impl<D> Probe<D> {
         // SAFETY: the kprobe is ours and live; the kernel may change other bits of `flags`
         // at any time (disarming), so the word is read once, volatile, like READ_ONCE().
         let flags = unsafe { core::ptr::addr_of!((*self.hdr.kp.get()).flags).read_volatile() };
-        // SAFETY: a C accessor of a constant.
-        u64::from(flags) & unsafe { bindings::fctrace_kprobe_flag_ftrace() } as u64 != 0
+        flags & bindings::KPROBE_FLAG_FTRACE != 0
     }
 
     /// Whether the probe's blocker is still registered (it is a breakpoint because of it).
@@ -405,7 +403,7 @@ impl<D> Drop for Probe<D> {
             // SAFETY: the probe is registered (invariant), and so is the blocker when its
             // flag was set; unregistering them is valid.
             unsafe { bindings::unregister_kprobes(two.as_mut_ptr(), n) };
-            crate::late_int3::text_changed();
+            crate::trap_notifier::text_changed();
             self.registered.store(false, Ordering::Release);
         }
     }
@@ -487,7 +485,7 @@ impl<'a> Batch<'a> {
             // SAFETY: `p` was registered (its flag was set until the swap above, which
             // only this batch won).
             unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
-            crate::late_int3::text_changed();
+            crate::trap_notifier::text_changed();
         }
         self.add_blocker(p);
     }
@@ -503,7 +501,7 @@ impl<'a> Batch<'a> {
             // SAFETY: the blocker was registered (its flag was set until the swap above,
             // which only this batch won).
             unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
-            crate::late_int3::text_changed();
+            crate::trap_notifier::text_changed();
         }
     }
 
@@ -524,6 +522,6 @@ impl Drop for Batch<'_> {
         // listed once, that nothing else unregisters, and still alive (the batch borrows
         // the probes).
         unsafe { bindings::unregister_kprobes(self.list.as_mut_ptr(), self.list.len() as c_int) };
-        crate::late_int3::text_changed();
+        crate::trap_notifier::text_changed();
     }
 }

@@ -3,13 +3,12 @@
 //! Kernel symbols: names of addresses (`sprint_symbol()`) and addresses of names
 //! (through kprobes, since `kallsyms_lookup_name()` is not exported).
 
-use crate::bindings;
 use crate::kprobe::{self, Probe};
 use crate::parse::{self, SymbolInfo};
+use crate::sys;
 use kernel::prelude::*;
 
-/// Size of a `sprint_symbol()` buffer (helpers.c asserts `KSYM_SYMBOL_LEN` fits).
-pub(crate) const KSYM_SYMBOL_LEN: usize = 1024;
+pub(crate) use crate::sys::KSYM_SYMBOL_LEN;
 
 /// A buffer for symbol lookups, allocated once and reused: `sprint_symbol()` needs
 /// `KSYM_SYMBOL_LEN` bytes, too many for the stack of the paths that look symbols up.
@@ -22,18 +21,14 @@ impl SymBuf {
 
     /// `sprint_symbol(addr)` parsed: name, offset, size, module.
     pub(crate) fn lookup(&mut self, addr: u64) -> Option<SymbolInfo<'_>> {
-        // SAFETY: the buffer has `KSYM_SYMBOL_LEN` (>= the kernel's KSYM_SYMBOL_LEN) bytes
-        // for the NUL-terminated result.
-        let n = unsafe { bindings::sprint_symbol(self.0.as_mut_ptr(), addr as _) };
-        let text = self.0.get(..n.max(0) as usize)?;
+        let n = sys::sprint_symbol(&mut self.0, addr, true);
+        let text = self.0.get(..n)?;
         parse::parse_sprint_symbol(core::str::from_utf8(text).ok()?)
     }
 
     /// The name of `addr` without offset (`vfs_read`, `foo [mod]`), or its address.
     pub(crate) fn name(&mut self, addr: u64) -> &str {
-        // SAFETY: as in `lookup`.
-        let n = unsafe { bindings::sprint_symbol_no_offset(self.0.as_mut_ptr(), addr as _) };
-        let n = (n.max(0) as usize).min(KSYM_SYMBOL_LEN - 1);
+        let n = sys::sprint_symbol(&mut self.0, addr, false);
         core::str::from_utf8(&self.0[..n]).unwrap_or("?")
     }
 }

@@ -3,14 +3,14 @@
 //! Turning ring-buffer events into text: `trace_pipe` (consuming, blocking) and `trace`
 //! (a snapshot, rendered as it is read).
 
-use crate::bindings;
 use crate::buffer::{Buffer, Event, Snapshot};
 use crate::engine::Tracer;
+use crate::engine::{Pending, TypedRecord};
 use crate::format::{self, Options, Typed};
 use crate::ksym::SymBuf;
 use crate::parse::OptionName;
+use crate::sys;
 use crate::text::Text;
-use crate::typed::{Pending, TypedRecord};
 use kernel::prelude::*;
 
 /// The most text one `read()` of `trace` or `trace_pipe` makes (and keeps), whatever
@@ -19,8 +19,7 @@ pub(crate) const READ_CHUNK: usize = 64 << 10;
 
 /// The kernel's hash of a kernel address, for readers who may not see addresses.
 fn ptr_hash(v: u64) -> u32 {
-    // SAFETY: a C helper (siphash with a key of its own), process context.
-    unsafe { bindings::fctrace_ptr_hash(v) }
+    sys::ptr_hash(v)
 }
 
 /// `hide`: the reader may not see kernel addresses (see `control::hide_addrs`).

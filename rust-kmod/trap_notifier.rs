@@ -13,6 +13,7 @@
 //! (`engine/step.rs`).
 
 use crate::bindings;
+use crate::sys;
 use core::pin::Pin;
 use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::ffi::{c_int, c_ulong, c_void};
@@ -26,8 +27,8 @@ const NOTIFY_STOP: c_int = 0x8001; // NOTIFY_OK | NOTIFY_STOP_MASK
 /// Late int3s recovered, for `stats`.
 pub(crate) static RECOVERED: AtomicU64 = AtomicU64::new(0);
 
-/// When fctrace last removed breakpoints or patched ftrace sites
-/// ([`crate::engine::clock_ns`]); 0: never.
+/// When fctrace last removed breakpoints or patched ftrace sites ([`sys::clock_ns`]);
+/// 0: never.
 static LAST_TEXT_CHANGE: AtomicU64 = AtomicU64::new(0);
 
 /// How long after such a change an unclaimed int3 may still be a late one of fctrace's.
@@ -35,21 +36,31 @@ const LATE_WINDOW_NS: u64 = 2_000_000_000;
 
 /// fctrace removed breakpoints or patched ftrace sites: a late int3 may follow.
 pub(crate) fn text_changed() {
-    LAST_TEXT_CHANGE.store(crate::engine::clock_ns().max(1), Ordering::Release);
+    LAST_TEXT_CHANGE.store(sys::clock_ns().max(1), Ordering::Release);
+}
+
+/// What the trap notifier asks of its user (the engine), which it knows nothing else of.
+pub(crate) trait TrapClient: 'static {
+    /// Whether tracing is on (breakpoints of fctrace's may be armed).
+    fn tracing() -> bool;
+    /// A single-step trap (`DIE_DEBUG`) with the interrupted registers and the trap's
+    /// copy of DR6: whether it was the client's (then the kernel ignores it).
+    fn on_debug(regs: &mut sys::PtRegs, dr6: *mut c_ulong) -> bool;
 }
 
 /// Whether an unclaimed int3 now can be a late one of fctrace's: tracing, or shortly
 /// after fctrace changed kernel text. Otherwise the kernel reports it as it would
 /// without fctrace.
-fn may_be_ours() -> bool {
-    if crate::engine::tracer().is_some_and(|t| t.active.load(Ordering::Acquire)) {
+fn may_be_ours<C: TrapClient>() -> bool {
+    if C::tracing() {
         return true;
     }
     let last = LAST_TEXT_CHANGE.load(Ordering::Acquire);
-    last != 0 && crate::engine::clock_ns().saturating_sub(last) < LATE_WINDOW_NS
+    last != 0 && sys::clock_ns().saturating_sub(last) < LATE_WINDOW_NS
 }
 
-/// A registered die notifier; unregistered on drop.
+/// A registered die notifier that recovers late int3s and hands single steps to `C`;
+/// unregistered on drop.
 pub(crate) struct Guard {
     nb: Pin<KBox<Opaque<bindings::notifier_block>>>,
 }
@@ -61,9 +72,9 @@ unsafe impl Send for Guard {}
 unsafe impl Sync for Guard {}
 
 impl Guard {
-    pub(crate) fn new() -> Result<Self> {
+    pub(crate) fn new<C: TrapClient>() -> Result<Self> {
         let nb = bindings::notifier_block {
-            notifier_call: Some(die_handler),
+            notifier_call: Some(die_handler::<C>),
             // Run after kprobes' and kgdb's own handlers had their chance.
             priority: -1,
             ..Default::default()
@@ -84,28 +95,21 @@ impl Drop for Guard {
 
 /// Decides what to do with an int3 nobody claimed: re-run the instruction at `addr` if
 /// the breakpoint byte there is gone.
-fn recover(regs: &mut bindings::pt_regs) -> bool {
+fn recover<C: TrapClient>(regs: &mut sys::PtRegs) -> bool {
     // Kernel mode only: CS's privilege bits are zero.
     // SAFETY: reading a plain integer field of a union of integers.
     let cs = unsafe { regs.__bindgen_anon_1.cs } as u64;
     if cs & 3 != 0 {
         return false;
     }
-    if !may_be_ours() {
+    if !may_be_ours::<C>() {
         return false;
     }
     let addr = (regs.ip as u64).wrapping_sub(1);
     let mut before = [INT3; 2];
-    // SAFETY: `copy_from_kernel_nofault` never faults; the destination is a local array
-    // of the two bytes copied.
-    let r = unsafe {
-        bindings::copy_from_kernel_nofault(
-            before.as_mut_ptr().cast(),
-            addr.wrapping_sub(1) as *const c_void,
-            2,
-        )
-    };
-    if r != 0 || !crate::decode::late_int3_rewind(before) {
+    if !sys::read_kernel(addr.wrapping_sub(1), &mut before)
+        || !crate::decode::late_int3_rewind(before)
+    {
         return false;
     }
     regs.ip = addr as _;
@@ -116,7 +120,7 @@ fn recover(regs: &mut bindings::pt_regs) -> bool {
 /// # Safety
 ///
 /// Called only by the kernel's die notifier chain, with `data` a `struct die_args`.
-unsafe extern "C" fn die_handler(
+unsafe extern "C" fn die_handler<C: TrapClient>(
     _nb: *mut bindings::notifier_block,
     val: c_ulong,
     data: *mut c_void,
@@ -133,7 +137,7 @@ unsafe extern "C" fn die_handler(
             (args.regs.as_mut(), args.err as *mut c_ulong)
         };
         let ours = match regs {
-            Some(regs) if !dr6.is_null() => crate::engine::step::on_debug(regs, dr6),
+            Some(regs) if !dr6.is_null() => C::on_debug(regs, dr6),
             _ => false,
         };
         return if ours { NOTIFY_STOP } else { NOTIFY_DONE };
@@ -144,7 +148,7 @@ unsafe extern "C" fn die_handler(
     // SAFETY: for DIE_INT3 `data` is the trap's `struct die_args`, whose `regs` are the
     // interrupted registers, ours to change for the return from the trap.
     let regs = unsafe { (*data.cast::<bindings::die_args>()).regs.as_mut() };
-    match regs.map(recover) {
+    match regs.map(recover::<C>) {
         Some(true) => NOTIFY_STOP,
         _ => NOTIFY_DONE,
     }

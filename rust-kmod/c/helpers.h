@@ -92,8 +92,6 @@ unsigned long fctrace_trampoline_addr(void);
 unsigned long fctrace_gs_base(void);
 /* A bare RET of the module, patched at load like every return: see trampoline.S. */
 unsigned long fctrace_ret_site_addr(void);
-unsigned long fctrace_kprobe_flag_ftrace(void);
-unsigned long fctrace_kprobe_flag_disabled(void);
 /* Gives a registered, disabled kprobe on a `cs call` a correct emulation, enables it. */
 int fctrace_kprobe_fix_long_call(struct kprobe *p);
 
@@ -153,8 +151,6 @@ int fctrace_return_ctx(bool irqs);
 bool fctrace_current_exiting(void);
 unsigned long fctrace_irq_save(void);
 void fctrace_irq_restore(unsigned long flags);
-/* Replaces old with new at addr (a word of a live kernel stack); whether it did. */
-bool fctrace_cmpxchg_word(unsigned long addr, unsigned long old, unsigned long new);
 /* A return came through fctrace_return that fctrace has no address for: cannot go on. */
 void __noreturn fctrace_return_lost(unsigned long retp);
 /*

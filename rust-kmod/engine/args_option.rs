@@ -5,26 +5,23 @@
 //! arming), the argument records the handlers write, and what readers write with them.
 //! The rules and the formatting are `crates/fctrace-core/src/args.rs`.
 
+use super::Tracer;
 use crate::args::{
-    self, ArgArea, PendingArgs, ValueOpts, ARG_REGS, ARG_STRS, ARG_STR_MAX, SPEC_KNOWN, STR_CUT,
-    STR_UNREADABLE, STR_WHOLE,
+    self, ArgArea, PendingArgs, ValueOpts, ARG_REGS, ARG_STRS, SPEC_KNOWN, STR_CUT, STR_UNREADABLE,
+    STR_WHOLE,
 };
-use crate::bindings;
 use crate::btf::{Btf, Raw, Type};
-use crate::engine::Tracer;
 use crate::format::Typed;
 use crate::ksym::SymBuf;
 use crate::parse::OptionName;
 use crate::record::{Kind, Record, F_ARGS};
+use crate::sys;
 use core::fmt::{self, Write};
-use core::pin::Pin;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use kernel::alloc::KVVec;
 use kernel::c_str;
-use kernel::ffi::{c_int, c_ulong, c_void};
 use kernel::prelude::*;
 use kernel::str::CStr;
-use kernel::types::Opaque;
 
 /// The largest BTF read (the distro kernel's is 6 MiB).
 const MAX_BTF: i64 = 64 << 20;
@@ -38,10 +35,6 @@ pub(crate) const PENDING: usize = 256;
 /// Modules whose BTF is kept. A module unloaded and loaded again with other types takes
 /// a new slot; with all taken, further modules' functions are shown without types.
 const MOD_SLOTS: usize = 32;
-
-/// Module unloads seen so far (counted by [`ModuleWatch`]): a module's BTF read before
-/// the last one may belong to a module of the same name that is gone.
-static MODULES_GONE: AtomicU64 = AtomicU64::new(0);
 
 /// One BTF file, read and indexed.
 struct Indexed {
@@ -76,20 +69,12 @@ impl Indexed {
 
 /// The bytes of `/sys/kernel/btf/<name>`. Process context; sleeps.
 fn read_btf(name: &CStr) -> Result<KVVec<u8>> {
-    // SAFETY: a C helper reading a NUL-terminated name; process context.
-    let size = unsafe { bindings::fctrace_btf_size(name.as_char_ptr()) } as i64;
-    if size <= 0 {
-        return Err(ENOENT);
-    }
+    let size = sys::btf_size(name).ok_or(ENOENT)? as i64;
     if size > MAX_BTF {
         return Err(EFBIG);
     }
     let mut data = KVVec::from_elem(0u8, size as usize, GFP_KERNEL)?;
-    // SAFETY: `data` has `size` writable bytes; the name is NUL-terminated; process
-    // context.
-    let got = unsafe {
-        bindings::fctrace_btf_read(name.as_char_ptr(), data.as_mut_ptr().cast(), size as _)
-    };
+    let got = sys::btf_read(name, &mut data)?;
     if got as i64 != size {
         return Err(EIO);
     }
@@ -100,7 +85,7 @@ fn read_btf(name: &CStr) -> Result<KVVec<u8>> {
 struct ModBtf {
     /// The module's name, NUL-terminated.
     name: [u8; MODULE_NAME_LEN + 1],
-    /// [`MODULES_GONE`] when this was last found to be the loaded module's BTF.
+    /// [`sys::modules_gone`] when this was last found to be the loaded module's BTF.
     checked: AtomicU64,
     /// A module of this name went and came back with other types.
     stale: AtomicBool,
@@ -128,7 +113,7 @@ impl ModBtf {
         name.get_mut(..m.len())
             .ok_or(EINVAL)?
             .copy_from_slice(m.as_bytes());
-        let checked = AtomicU64::new(MODULES_GONE.load(Ordering::Acquire));
+        let checked = AtomicU64::new(sys::modules_gone());
         let mut mb = ModBtf {
             name,
             checked,
@@ -146,7 +131,7 @@ impl ModBtf {
     /// Whether this is still the BTF of the module of its name that is loaded now:
     /// after a module unload, reads the file again and compares. Process context.
     fn current(&self) -> bool {
-        let gone = MODULES_GONE.load(Ordering::Acquire);
+        let gone = sys::modules_gone();
         if self.stale.load(Ordering::Acquire) {
             return false;
         }
@@ -278,53 +263,6 @@ impl Drop for KernelBtf {
     }
 }
 
-/// A module notifier counting unloads into [`MODULES_GONE`]; unregistered on drop.
-pub(crate) struct ModuleWatch {
-    nb: Pin<KBox<Opaque<bindings::notifier_block>>>,
-}
-
-// SAFETY: the watch only hands the notifier block to the kernel, which serialises all
-// access to it (the notifier chain's own locking); Rust never touches it after `new`.
-unsafe impl Send for ModuleWatch {}
-// SAFETY: as above, `&ModuleWatch` gives no access to the block.
-unsafe impl Sync for ModuleWatch {}
-
-impl ModuleWatch {
-    pub(crate) fn new() -> Result<Self> {
-        let nb = bindings::notifier_block {
-            notifier_call: Some(module_event),
-            ..Default::default()
-        };
-        let nb = KBox::pin(Opaque::new(nb), GFP_KERNEL)?;
-        // SAFETY: `nb` is pinned in a box that lives until `drop` unregisters it.
-        kernel::error::to_result(unsafe { bindings::register_module_notifier(nb.get()) })?;
-        Ok(ModuleWatch { nb })
-    }
-}
-
-impl Drop for ModuleWatch {
-    fn drop(&mut self) {
-        // SAFETY: registered in `new`; unregistering waits for running callbacks.
-        unsafe { bindings::unregister_module_notifier(self.nb.get()) };
-    }
-}
-
-/// The module notifier: counts modules going.
-///
-/// # Safety
-///
-/// Called only by the kernel's module notifier chain (it reads none of its pointers).
-unsafe extern "C" fn module_event(
-    _nb: *mut bindings::notifier_block,
-    action: c_ulong,
-    _data: *mut c_void,
-) -> c_int {
-    if action == bindings::module_state_MODULE_STATE_GOING as c_ulong {
-        MODULES_GONE.fetch_add(1, Ordering::AcqRel);
-    }
-    0 // NOTIFY_DONE
-}
-
 /// Where the tracer keeps the BTF: set once, freed with the tracer.
 pub(crate) struct BtfSlot(AtomicPtr<KernelBtf>);
 
@@ -409,7 +347,7 @@ impl Tracer {
     pub(crate) fn write_args(
         &self,
         rec: &mut Record,
-        regs: &bindings::pt_regs,
+        regs: &sys::PtRegs,
         func: u64,
         depth: usize,
         ts: u64,
@@ -441,20 +379,13 @@ impl Tracer {
             }
             a.str_reg[k] = reg as u8;
             let buf = &mut a.strs[k];
-            // SAFETY: `buf` has `ARG_STR_MAX` writable bytes; the helper reads `v` with
-            // the no-fault routines (any context).
-            let got = unsafe {
-                bindings::fctrace_copy_str(buf.as_mut_ptr().cast(), v as _, ARG_STR_MAX as _)
-            };
-            let (len, state) = if got <= 0 {
-                (0, STR_UNREADABLE)
-            } else {
-                let got = (got as usize).min(ARG_STR_MAX);
-                match buf[..got].iter().position(|&c| c == 0) {
+            let (len, state) = match sys::copy_str(buf, v) {
+                None => (0, STR_UNREADABLE),
+                Some(got) => match buf[..got].iter().position(|&c| c == 0) {
                     Some(p) => (p, STR_WHOLE),
                     // Longer than the limit, or its next page could not be read.
                     None => (got, STR_CUT),
-                }
+                },
             };
             a.str_len[k] = len as u8;
             a.str_state[k] = state;
@@ -479,6 +410,12 @@ impl Tracer {
 pub(crate) struct Pending {
     slots: KVVec<PendingArgs>,
     next: usize,
+}
+
+impl crate::buffer::ReaderExtra for Pending {
+    fn clear(&mut self) {
+        Pending::clear(self);
+    }
 }
 
 impl Pending {

@@ -4,8 +4,8 @@
 //! sites, and registering a probe on each. Runs in the work item (or a control-file
 //! write), with the tracer's mutex held; never in a probe handler.
 
+use super::entry_probe::EntryKind;
 use super::policy::{is_denied, is_instrumentation};
-use super::static_call::EntryKind;
 use super::table::{
     EntryId, FuncState, BELOW_ALL, HOOK_ENTRY, HOOK_LIVE, HOOK_NONE, HOOK_PROBE, HOOK_TAIL,
 };
@@ -345,8 +345,8 @@ impl Tracer {
     /// known otherwise), and their direct callees, their entry hooks in one update of the ftrace
     /// filter, before they are armed one by one: arming each then finds its callees
     /// hooked and updates nothing. An update costs what ftrace's filter and records cost
-    /// to walk (the benchmark of 2026-11-27: 70% of arming's time while the first 700
-    /// functions were armed, 90% from 3000 to 3900, one update per function), so a
+    /// to walk (with one update per function, most of arming's time, and more as the
+    /// filter grows), so a
     /// closure of 128 functions armed level by level costs a few updates instead of 128.
     /// A callee hooked for a function whose arming then stops (its budget, its time) only
     /// costs other tasks a call into ftrace: its entry hook draws nothing until a caller
@@ -746,7 +746,7 @@ impl Tracer {
             fixed_callees,
         };
         // Direct calls and tail calls from sites kprobes refused (static calls): their
-        // callees get a kprobe at their entry (see `static_call.rs`).
+        // callees get a kprobe at their entry (see `entry_probe.rs`).
         let mut refused: [Option<(u64, bool)>; 8] = [None; 8];
         let mut n_refused = 0usize;
         timed(&self.stats.register_ns, || {
@@ -814,7 +814,7 @@ impl Tracer {
             let site = if eligible { ftrace_site(c, sym) } else { None };
             let Some(ip) = site else {
                 // No ftrace site: an entry probe where kprobes can optimize one (see
-                // `static_call.rs`); else its call sites are probed.
+                // `entry_probe.rs`); else its call sites are probed.
                 let probed = self.add_entry_probe(inner, c, tail, sym, EntryKind::Notrace)
                     && hooks.add(
                         c,
@@ -946,8 +946,7 @@ fn armable_size(inner: &TracerInner, sym: &mut SymBuf, f: u64, max: u64) -> Opti
 /// Whether the function `name` at `addr` is never probed: fctrace's own code, the deny
 /// list, a branch thunk.
 pub(crate) fn never_probed(inner: &TracerInner, addr: u64, name: &[u8]) -> bool {
-    // SAFETY: a C accessor (within_module on our own module).
-    let in_self = unsafe { crate::bindings::fctrace_addr_in_self(addr as _) };
+    let in_self = crate::sys::addr_in_self(addr);
     in_self || is_denied(name) || inner.thunks.is_thunk(addr)
 }
 
@@ -1099,8 +1098,7 @@ fn site_kind(c: Class, site: impl FnOnce(Target) -> SiteKind) -> Option<SiteKind
 /// with their slot size (from the symbols of their first two slots).
 pub(crate) fn find_thunks() -> Thunks {
     let mut th = Thunks::new();
-    // SAFETY: a C accessor of a constant address.
-    let site = unsafe { crate::bindings::fctrace_ret_site_addr() } as u64;
+    let site = crate::sys::ret_insn_addr();
     let mut code = [0u8; 16];
     if read_kernel(site, &mut code) {
         // After `endbr64`, if any.

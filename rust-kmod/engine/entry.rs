@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Entry hooks: calls seen at the callee's entry, through fctrace's own `ftrace_ops`
-//! (`crate::ftrace`), instead of a breakpoint on the call site.
+//! (`crate::entry_ops`), instead of a breakpoint on the call site.
 //!
 //! When arming a function finds a direct call (or tail call) of a function with an ftrace
 //! site, that callee gets an entry hook and the call site no probe: every caller of the
@@ -33,10 +33,10 @@ use super::handlers::Callee;
 use super::returns::{return_site, stack_key};
 use super::table::HOOK_TAIL;
 use super::{read_text, stack_word, tracer, Tracer, MAX_FRAMES};
-use crate::bindings;
 use crate::parse::OptionName;
 use crate::record::{Reason, F_INDIRECT, F_TAIL};
 use crate::retstack;
+use crate::sys;
 use core::sync::atomic::Ordering;
 use kernel::ffi::c_int;
 
@@ -74,7 +74,7 @@ pub(super) enum Via {
     /// function too, and may change the registers ftrace returns with): no task is sent
     /// to wait.
     Shared(u64),
-    /// An entry probe at `addr` (`static_call.rs`). `trapped`: a breakpoint, which can
+    /// An entry probe at `addr` (`entry_probe.rs`). `trapped`: a breakpoint, which can
     /// send the task to the arming trampoline (to come back to `addr`); else the detour
     /// of an optimized probe (or ftrace), which cannot, and a callee not armed yet is a
     /// leaf for this `reason`.
@@ -91,12 +91,12 @@ pub(crate) extern "C" fn fctrace_entry_wanted(tgid: u32) -> bool {
     tracer().is_some_and(|tr| tr.active.load(Ordering::Relaxed) && tr.is_traced(tgid))
 }
 
-/// The C callback (helpers.c) of the ftrace site `ip`, with ftrace's registers (`flags`
+/// The C callback (c/entry_ops.c) of the ftrace site `ip`, with ftrace's registers (`flags`
 /// filled in), under ftrace's recursion protection.
 #[no_mangle]
 pub(crate) extern "C" fn fctrace_entry_hook(
     ip: u64,
-    regs: *mut bindings::pt_regs,
+    regs: *mut sys::PtRegs,
     levels: u32,
     shared: bool,
 ) {
@@ -124,12 +124,7 @@ pub(crate) extern "C" fn fctrace_entry_hook(
 impl Tracer {
     /// The entry of a hooked function: if a traced task came here from a call fctrace
     /// follows, the call is drawn (see the module documentation).
-    pub(super) fn on_entry(
-        &self,
-        e: &Entered,
-        regs: &mut bindings::pt_regs,
-        via_ftrace: u32,
-    ) -> c_int {
+    pub(super) fn on_entry(&self, e: &Entered, regs: &mut sys::PtRegs, via_ftrace: u32) -> c_int {
         let irqs = self.settings.option(OptionName::Irqs);
         let Some(cur) = self.current_in(regs, via_ftrace, irqs) else {
             return 0;
@@ -337,28 +332,12 @@ impl Tracer {
 /// The return address a rethook (a kretprobe, an fprobe's exit) saved for the current
 /// task's frame whose return address sits at `retp`, where it put its trampoline `tramp`.
 fn rethook_saved_ret(retp: u64, tramp: u64) -> Option<u64> {
-    // SAFETY: a C accessor that walks the current task's own rethook list (at most 64
-    // nodes), which only the task changes; we run in the task, in a handler of one of its
-    // functions.
-    let r = unsafe { bindings::fctrace_rethook_saved_ret(retp as _, tramp as _) };
-    (r != 0).then_some(r as u64)
+    sys::rethook_saved_ret(retp, tramp)
 }
 
 /// The return address function_graph saved for the current task's frame whose return
 /// address sits at `retp` (where it put its `handler`), from the task's function_graph
 /// shadow stack (see [`retstack::graph_saved_ret`]).
 fn graph_saved_ret(retp: u64, handler: u64) -> Option<u64> {
-    let (mut top, mut off) = (0, 0);
-    // SAFETY: a C accessor of the current task's own fields.
-    let rs = unsafe { bindings::fctrace_graph_ret_stack(&mut top, &mut off) };
-    if rs.is_null() {
-        return None;
-    }
-    // SAFETY: `rs` is the current task's function_graph shadow stack, a page allocated
-    // while the task lives, and `top` (at most a page of words, checked by the helper)
-    // words of it are in use: the entries of the task's open frames. Only the task
-    // writes them (an interrupt on its CPU pushes its entries above `top` and pops them
-    // before it returns), and we run in the task, in a handler of one of its functions.
-    let words = unsafe { core::slice::from_raw_parts(rs.cast::<u64>(), top as usize) };
-    retstack::graph_saved_ret(words, off as usize, retp, handler)
+    sys::with_graph_ret_stack(|words, off| retstack::graph_saved_ret(words, off, retp, handler))?
 }

@@ -35,13 +35,13 @@ use super::entry::{Entered, Via};
 use super::step::from_detour;
 use super::tree::current_ids;
 use super::{read_kernel, tracer, Tracer, TracerInner};
-use crate::bindings;
 use crate::decode::{self, Flow};
 use crate::kprobe::{Handler, Probe};
 use crate::ksym::addr_of;
 use crate::ksym::SymBuf;
 use crate::presite;
 use crate::record::Reason;
+use crate::sys;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::alloc::KVVec;
 use kernel::c_str;
@@ -82,7 +82,7 @@ impl Handler for StaticHook {
     // Every task that calls the function comes to the probe: most leave at once.
     const TRACED_ONLY: bool = true;
 
-    fn pre(p: &Probe<StaticHook>, regs: &mut bindings::pt_regs) -> c_int {
+    fn pre(p: &Probe<StaticHook>, regs: &mut sys::PtRegs) -> c_int {
         tracer().map_or(0, |tr| tr.on_static_entry(p, regs))
     }
 }
@@ -223,7 +223,7 @@ impl Tracer {
     }
 
     /// The entry of a callee with an entry probe: see `entry.rs`.
-    fn on_static_entry(&self, p: &Probe<StaticHook>, regs: &mut bindings::pt_regs) -> c_int {
+    fn on_static_entry(&self, p: &Probe<StaticHook>, regs: &mut sys::PtRegs) -> c_int {
         if !self.active.load(Ordering::Relaxed) || !self.is_traced(current_ids().1) {
             return 0;
         }

@@ -7,7 +7,7 @@
 //! jump into the bytes the detour's jump covers), so a probe there stays a breakpoint.
 //! fctrace asks before it places a probe it wants optimized: a pre-site (`step.rs`) in
 //! such a function would cost the traced task a breakpoint and single steps instead of
-//! one breakpoint, and an entry probe (`static_call.rs`) on such a callee a breakpoint
+//! one breakpoint, and an entry probe (`entry_probe.rs`) on such a callee a breakpoint
 //! for every task that calls it.
 //!
 //! `search_exception_tables()` is not exported; the table of the kernel image is read

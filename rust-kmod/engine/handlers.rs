@@ -10,10 +10,10 @@ use super::arming::{SiteData, SiteKind, Target};
 use super::table::FuncState;
 use super::tree::{task_running, Ctx, Cur, Recorder, TaskData};
 use super::{read_word, tracer, Tracer, MAX_FRAMES};
-use crate::bindings;
 use crate::kprobe::{Handler, Probe};
 use crate::parse::OptionName;
 use crate::record::{Reason, F_FAULT, F_INDIRECT, F_TAIL};
+use crate::sys;
 use core::sync::atomic::Ordering;
 use kernel::ffi::c_int;
 
@@ -47,7 +47,7 @@ impl Handler for SiteData {
     // for a task that is not traced.
     const TRACED_ONLY: bool = true;
 
-    fn pre(p: &Probe<SiteData>, regs: &mut bindings::pt_regs) -> c_int {
+    fn pre(p: &Probe<SiteData>, regs: &mut sys::PtRegs) -> c_int {
         let Some(tr) = tracer() else { return 0 };
         if p.data.at_post {
             tr.on_post_site(&p.data, regs)
@@ -60,7 +60,7 @@ impl Handler for SiteData {
 }
 
 impl Handler for Hook {
-    fn pre(p: &Probe<Hook>, regs: &mut bindings::pt_regs) -> c_int {
+    fn pre(p: &Probe<Hook>, regs: &mut sys::PtRegs) -> c_int {
         let Some(tr) = tracer() else { return 0 };
         match p.data {
             Hook::Root => tr.on_root(p, regs),
@@ -102,7 +102,7 @@ pub(super) enum Callee {
 /// The offsets in `pt_regs` of the general purpose registers, in x86 encoding order.
 const REG_OFFSETS: [usize; 16] = {
     use core::mem::offset_of;
-    type R = bindings::pt_regs;
+    type R = sys::PtRegs;
     [
         offset_of!(R, ax),
         offset_of!(R, cx),
@@ -126,13 +126,13 @@ const REG_OFFSETS: [usize; 16] = {
 /// General purpose register `r` (x86 encoding order, the low 4 bits) of `regs`: one load
 /// (the emulation of a pre-site reads every register for each call it computes).
 #[inline]
-pub(super) fn reg(regs: &bindings::pt_regs, r: u8) -> u64 {
+pub(super) fn reg(regs: &sys::PtRegs, r: u8) -> u64 {
     let off = REG_OFFSETS[usize::from(r & 15)];
     // SAFETY: `off` is the offset of an `unsigned long` field of `*regs` (the table
     // above), so the read is in bounds and aligned.
     unsafe {
         core::ptr::read(
-            (regs as *const bindings::pt_regs)
+            (regs as *const sys::PtRegs)
                 .cast::<u8>()
                 .add(off)
                 .cast::<u64>(),
@@ -142,7 +142,7 @@ pub(super) fn reg(regs: &bindings::pt_regs, r: u8) -> u64 {
 
 /// Where a call or jump at `site` goes, with the registers it runs with; `None` when
 /// read through memory that cannot be read (or a segment).
-fn resolve_target(t: Target, regs: &bindings::pt_regs, site: &SiteData) -> Option<u64> {
+fn resolve_target(t: Target, regs: &sys::PtRegs, site: &SiteData) -> Option<u64> {
     match t {
         Target::Direct(a) => Some(a),
         Target::Reg(r) => Some(reg(regs, r)),
@@ -218,7 +218,7 @@ impl Tracer {
     /// The pre-handler of every call and jump site (for a site watched from its pre-site,
     /// run from the single-step trap on the site, see `step.rs`).
     /// `via` is 0 in a breakpoint's handler, `FCTRACE_VIA_DIE` from the single-step trap.
-    pub(super) fn on_site(&self, site: &SiteData, regs: &mut bindings::pt_regs, via: u32) -> c_int {
+    pub(super) fn on_site(&self, site: &SiteData, regs: &mut sys::PtRegs, via: u32) -> c_int {
         match self.site_call(site, regs, via, false, true) {
             SiteCall::Done(r) => r,
             SiteCall::Step => 0,
@@ -236,7 +236,7 @@ impl Tracer {
     pub(super) fn site_call(
         &self,
         site: &SiteData,
-        regs: &mut bindings::pt_regs,
+        regs: &mut sys::PtRegs,
         via: u32,
         early: bool,
         args_ok: bool,
@@ -374,7 +374,7 @@ impl Tracer {
     }
 
     /// The pre-handler at the start function's entry: opens a trace.
-    fn on_root(&self, p: &Probe<Hook>, regs: &mut bindings::pt_regs) -> c_int {
+    fn on_root(&self, p: &Probe<Hook>, regs: &mut sys::PtRegs) -> c_int {
         let Some(cur) = self.current(regs, p.is_ftrace_based()) else {
             return 0;
         };
@@ -403,7 +403,7 @@ impl Tracer {
     /// happen outside any traced call, and interrupts stay out (they are not faults).
     /// A call of `handle_mm_fault()` by armed code (`get_user_pages()`) is an ordinary
     /// call, drawn by its entry hook: `regs` is NULL there.
-    fn on_fault(&self, p: &Probe<Hook>, regs: &mut bindings::pt_regs, func: u64) -> c_int {
+    fn on_fault(&self, p: &Probe<Hook>, regs: &mut sys::PtRegs, func: u64) -> c_int {
         const FAULT_FLAG_USER: u64 = 1 << 6;
         let (flags, fault_regs) = (regs.dx as u64, regs.cx as u64);
         if fault_regs == 0 || flags & FAULT_FLAG_USER != 0 {
@@ -429,7 +429,7 @@ impl Tracer {
             return 0;
         }
         // Where the task faulted: the faulting instruction, as the call's site.
-        let ip_at = fault_regs + core::mem::offset_of!(bindings::pt_regs, ip) as u64;
+        let ip_at = fault_regs + core::mem::offset_of!(sys::PtRegs, ip) as u64;
         let site = read_word(ip_at).unwrap_or(0);
         let rec = self.recorder_at(&cur, regs);
         self.stats.page_faults.fetch_add(1, Ordering::Relaxed);
@@ -462,13 +462,7 @@ impl Tracer {
 
     /// The entry of an interrupt handler (`irqs` option), running while a traced task is
     /// current: opens the tree of this interrupt context, shown marked.
-    fn on_irq_root(
-        &self,
-        p: &Probe<Hook>,
-        regs: &mut bindings::pt_regs,
-        ctx: Ctx,
-        func: u64,
-    ) -> c_int {
+    fn on_irq_root(&self, p: &Probe<Hook>, regs: &mut sys::PtRegs, ctx: Ctx, func: u64) -> c_int {
         if !self.settings.option(OptionName::Irqs) {
             return 0;
         }
@@ -491,7 +485,7 @@ impl Tracer {
     /// (`%esi`) to `sys_call_table[nr]`, with a tail jump in all but a few cases, so that
     /// function runs at this stack pointer: it opens the trace at depth 0. Only this one
     /// probe is hit by other tasks' system calls.
-    fn on_syscall(&self, p: &Probe<Hook>, regs: &mut bindings::pt_regs) -> c_int {
+    fn on_syscall(&self, p: &Probe<Hook>, regs: &mut sys::PtRegs) -> c_int {
         let Some(cur) = self.current(regs, false) else {
             return 0;
         };
@@ -558,7 +552,7 @@ impl Tracer {
 
     /// `do_exit()` entry: close the thread's frames; forget the process when its last
     /// thread goes.
-    fn on_exit(&self, p: &Probe<Hook>, regs: &mut bindings::pt_regs) -> c_int {
+    fn on_exit(&self, p: &Probe<Hook>, regs: &mut sys::PtRegs) -> c_int {
         let Some(cur) = self.current(regs, p.is_ftrace_based()) else {
             return 0;
         };
@@ -575,7 +569,7 @@ impl Tracer {
     }
 
     /// `wake_up_new_task(p)` entry: with follow-forks, a traced process's child is traced.
-    fn on_fork(&self, p: &Probe<Hook>, regs: &mut bindings::pt_regs) -> c_int {
+    fn on_fork(&self, p: &Probe<Hook>, regs: &mut sys::PtRegs) -> c_int {
         if !self.settings.option(OptionName::FollowForks) {
             return 0;
         }
@@ -583,7 +577,7 @@ impl Tracer {
             return 0;
         };
         // SAFETY: `wake_up_new_task`'s first argument is a live `task_struct`.
-        let child = unsafe { bindings::fctrace_task_tgid(regs.di as *const _) } as u32;
+        let child = unsafe { sys::task_tgid(regs.di as u64) };
         if child == cur.tgid || self.is_traced(child) {
             return 0;
         }

@@ -32,29 +32,31 @@
 //!   callee's entry.
 //! - [`policy`]: what is never armed (the deny list), instrumentation, interrupt roots.
 
+mod args_option;
 mod arming;
 mod entry;
+mod entry_probe;
 mod extable;
 mod handlers;
 mod policy;
 mod preempt;
 mod returns;
 mod session;
-mod static_call;
-pub(crate) mod step;
+mod step;
 mod table;
 mod tree;
 mod wait;
 
+pub(crate) use args_option::{BtfSlot, Pending, TypedRecord};
 pub(crate) use arming::Func;
 pub(crate) use handlers::Hook;
 
-use crate::bindings;
 use crate::buffer::{Buffer, ReadState};
 use crate::error_log::ErrorLog;
 use crate::kprobe::Probe;
 use crate::parse::{FilterPattern, OptionName, OPTIONS};
 use crate::record::Reason;
+use crate::sys;
 use crate::thunks::Thunks;
 use core::pin::Pin;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -87,6 +89,20 @@ pub(crate) const DEFAULT_BUFFER_KB: u64 = 1024;
 /// The single instance, for the C callbacks.
 static TRACER: AtomicPtr<Tracer> = AtomicPtr::new(core::ptr::null_mut());
 
+/// The engine as the trap notifier's client ([`crate::trap_notifier::Guard`]): tracing on
+/// means breakpoints of fctrace's may be armed; single steps are the engine's own.
+pub(crate) struct Traps;
+
+impl crate::trap_notifier::TrapClient for Traps {
+    fn tracing() -> bool {
+        tracer().is_some_and(|t| t.active.load(Ordering::Acquire))
+    }
+
+    fn on_debug(regs: &mut sys::PtRegs, dr6: *mut kernel::ffi::c_ulong) -> bool {
+        step::on_debug(regs, dr6)
+    }
+}
+
 /// The tracer, if the module is loaded.
 pub(crate) fn tracer() -> Option<&'static Tracer> {
     let p = TRACER.load(Ordering::Acquire);
@@ -94,16 +110,6 @@ pub(crate) fn tracer() -> Option<&'static Tracer> {
     // and cleared in `TracerHandle::drop` only after every probe and file is gone and no
     // task can be in the trampoline; callers never keep the reference past their callback.
     unsafe { p.as_ref() }
-}
-
-/// Whether the current task may be traced: false for most tasks, cheaply (tracing on and
-/// the bit of its thread group in `traced_mask`; see [`Tracer::is_traced`] for the
-/// answer). The first question of the probe handlers every task runs (kprobes' detours
-/// of entry probes and pre-sites), before anything else.
-#[inline(always)]
-pub(crate) fn maybe_traced() -> bool {
-    // SAFETY: a C helper reading `current`'s thread group and `fctrace_hot_mask`.
-    unsafe { bindings::fctrace_maybe_traced() }
 }
 
 /// While tracing is on, at least the bits of `Tracer::traced_mask` (else 0, or a few bits
@@ -115,7 +121,7 @@ pub(crate) fn maybe_traced() -> bool {
 #[allow(non_upper_case_globals)]
 pub(crate) static fctrace_hot_mask: AtomicU64 = AtomicU64::new(0);
 
-/// The CPU hotplug callback (helpers.c) of a CPU going down, on that CPU with interrupts
+/// The CPU hotplug callback (c/hooks.c) of a CPU going down, on that CPU with interrupts
 /// off: its staged records go into the ring buffer.
 #[no_mangle]
 pub(crate) extern "C" fn fctrace_flush_this_cpu() {
@@ -127,8 +133,7 @@ pub(crate) extern "C" fn fctrace_flush_this_cpu() {
 /// The scheduler clock in ns (`trace_clock_local()`, ftrace's default clock): the trace's
 /// timestamps, durations and idle times. Any context, NMI included.
 pub(crate) fn clock_ns() -> u64 {
-    // SAFETY: a C wrapper of `trace_clock_local()`, which has no preconditions.
-    unsafe { bindings::fctrace_clock() }
+    sys::clock_ns()
 }
 
 /// Runs `f` and adds the time it took to `ns`.
@@ -141,21 +146,15 @@ fn timed<R>(ns: &AtomicU64, f: impl FnOnce() -> R) -> R {
 
 /// The CPU we run on.
 fn this_cpu() -> u32 {
-    // SAFETY: a C accessor; any context.
-    unsafe { bindings::fctrace_cpu() }
+    sys::this_cpu()
 }
 
 /// A word of the current context's own stack (see `fctrace_stack_word()`), read directly;
 /// any other address through the no-fault path. With the stack's key (0: not one).
 fn stack_word(addr: u64) -> (Option<u64>, u64) {
-    let mut v: kernel::ffi::c_ulong = 0;
-    // SAFETY: a C helper that reads `addr` only where it is a word of a mapped stack, and
-    // writes `v`, a local.
-    let key = unsafe { bindings::fctrace_stack_word(addr as _, &mut v) } as u64;
-    if key != 0 {
-        (Some(v as u64), key)
-    } else {
-        (read_word(addr), 0)
+    match sys::stack_word(addr) {
+        Some((key, v)) => (Some(v), key),
+        None => (read_word(addr), 0),
     }
 }
 
@@ -200,12 +199,7 @@ fn load_kernel(addr: u64, size: u8) -> Option<u64> {
 
 /// Copies kernel memory at `addr` into `buf` without faulting; false if unreadable.
 fn read_kernel(addr: u64, buf: &mut [u8]) -> bool {
-    // SAFETY: `copy_from_kernel_nofault` checks the source and never faults; the
-    // destination is `buf`, writable for its length.
-    unsafe {
-        bindings::copy_from_kernel_nofault(buf.as_mut_ptr().cast(), addr as *const _, buf.len())
-            == 0
-    }
+    sys::read_kernel(addr, buf)
 }
 
 /// Event counters shown in `stats`.
@@ -241,11 +235,11 @@ pub(crate) struct Stats {
     pub(crate) funcs_refused: AtomicU64,
     pub(crate) probes_armed: AtomicU64,
     pub(crate) sites_unprobeable: AtomicU64,
-    /// Callees of refused call sites with an entry hook (see `static_call.rs`), and
+    /// Callees of refused call sites with an entry hook (see `entry_probe.rs`), and
     /// those that could not get one.
     pub(crate) static_hooks: AtomicU64,
     pub(crate) static_hooks_missing: AtomicU64,
-    /// Direct callees without an ftrace site with an entry probe now (`static_call.rs`),
+    /// Direct callees without an ftrace site with an entry probe now (`entry_probe.rs`),
     /// and of all entry probes, those kprobes had optimized when the mutex was last
     /// released.
     pub(crate) entry_probes: AtomicU64,
@@ -261,7 +255,7 @@ pub(crate) struct Stats {
     /// The longest of those updates (ns).
     pub(crate) entry_update_max_ns: AtomicU64,
     /// Of those updates, the ones that registered an ops of entry hooks (its first
-    /// batch, `helpers.c`), and their time (ns).
+    /// batch, `c/entry_ops.c`), and their time (ns).
     pub(crate) entry_ops: AtomicU64,
     pub(crate) entry_ops_ns: AtomicU64,
     /// Functions reached through a pointer whose own entry hook waited for a later update
@@ -364,9 +358,9 @@ pub(crate) struct TracerInner {
     /// Task-lifetime hooks and entry probes.
     hooks: KVec<Pin<KBox<Probe<Hook>>>>,
     /// Entry hooks through fctrace's own ftrace_ops (see `entry.rs`).
-    pub(crate) entry: crate::ftrace::EntryHooks,
-    /// Entry probes on the callees of call sites kprobes refused (see `static_call.rs`).
-    static_hooks: KVec<Pin<KBox<Probe<static_call::StaticHook>>>>,
+    pub(crate) entry: crate::entry_ops::EntryHooks,
+    /// Entry probes on the callees of call sites kprobes refused (see `entry_probe.rs`).
+    static_hooks: KVec<Pin<KBox<Probe<entry_probe::StaticHook>>>>,
     /// Armed functions reached through a pointer whose own entry hook waits for the next
     /// ftrace update, or for arming to be quiet (see `Tracer::arm_as`).
     deferred_hooks: KVec<u64>,
@@ -386,7 +380,7 @@ impl TracerInner {
             filters: KVec::new(),
             funcs: KVec::new(),
             hooks: KVec::new(),
-            entry: crate::ftrace::EntryHooks::new(),
+            entry: crate::entry_ops::EntryHooks::new(),
             static_hooks: KVec::new(),
             deferred_hooks: KVec::new(),
             thunks: Thunks::new(),
@@ -428,7 +422,7 @@ pub(crate) struct Tracer {
     pub(crate) buf: Buffer,
     /// Where `trace_pipe` readers are in the buffer.
     #[pin]
-    pub(crate) reading: Mutex<ReadState>,
+    pub(crate) reading: Mutex<ReadState<Pending>>,
     pub(crate) settings: Settings,
     /// Traced processes (thread-group ids), 0 = free.
     pub(crate) traced: [AtomicU32; MAX_PIDS],
@@ -459,12 +453,12 @@ pub(crate) struct Tracer {
     waits: wait::Waits,
     preempt: preempt::Preempt,
     /// Where return hooks (function_graph's, kretprobes') send returns.
-    ret_hooks: static_call::ReturnHooks,
+    ret_hooks: entry_probe::ReturnHooks,
     /// The return addresses fctrace replaced, per stack.
     returns: returns::Returns,
     pub(crate) stats: Stats,
     /// The kernel's BTF (`args` option).
-    pub(crate) btf: crate::typed::BtfSlot,
+    pub(crate) btf: BtfSlot,
 }
 
 /// The tracer's mutex, held inside a `memalloc_nofs` scope.
@@ -480,7 +474,7 @@ pub(crate) struct Tracer {
 /// of pre-site probes kprobes has optimized to `Stats::presites_optimized`.
 pub(crate) struct Guard<'a> {
     guard: core::mem::ManuallyDrop<lock::Guard<'a, TracerInner, lock::mutex::MutexBackend>>,
-    nofs: u32,
+    nofs: core::mem::ManuallyDrop<sys::NoFs>,
     stats: &'a Stats,
 }
 
@@ -541,16 +535,16 @@ impl Drop for Guard<'_> {
             .store(optimized, Ordering::Relaxed);
         // SAFETY: `guard` is dropped exactly once, here, and not used afterwards.
         unsafe { core::mem::ManuallyDrop::drop(&mut self.guard) };
-        // SAFETY: restores the scope saved in `Tracer::lock`, after the mutex is released.
-        unsafe { bindings::fctrace_nofs_restore(self.nofs) };
+        // SAFETY: `nofs` is dropped exactly once, here, after the mutex is released, and
+        // not used afterwards.
+        unsafe { core::mem::ManuallyDrop::drop(&mut self.nofs) };
     }
 }
 
 impl Tracer {
     /// Takes the mutex (see [`Guard`]).
     pub(crate) fn lock(&self) -> Guard<'_> {
-        // SAFETY: a C wrapper of memalloc_nofs_save(); restored by the guard's drop.
-        let nofs = unsafe { bindings::fctrace_nofs_save() };
+        let nofs = core::mem::ManuallyDrop::new(sys::NoFs::new());
         Guard {
             guard: core::mem::ManuallyDrop::new(self.inner.lock()),
             nofs,
@@ -704,7 +698,12 @@ impl Tracer {
 }
 
 /// Owns the [`Tracer`] and publishes it to the C callbacks.
-pub(crate) struct TracerHandle(Pin<KBox<Tracer>>);
+pub(crate) struct TracerHandle {
+    tracer: Pin<KBox<Tracer>>,
+    /// The exit and exec tracepoints and the CPU-down callback; dropped (unregistered)
+    /// after tracing stopped and every hooked return came back.
+    hooks: Option<sys::Hooks>,
+}
 
 impl TracerHandle {
     pub(crate) fn new() -> Result<Self> {
@@ -721,7 +720,7 @@ impl TracerHandle {
         let trees = tree::Trees::new()?;
         let returns = returns::Returns::new()?;
         let buf = Buffer::new(DEFAULT_BUFFER_KB * 1024)?;
-        let reading = ReadState::new()?;
+        let reading = ReadState::new(Pending::new()?)?;
         let tracer = KBox::pin_init(
             pin_init!(Tracer {
                 inner <- new_mutex!(TracerInner::new()),
@@ -748,47 +747,41 @@ impl TracerHandle {
                 trees,
                 waits: wait::Waits::new(),
                 preempt: preempt::Preempt::new(),
-                ret_hooks: static_call::ReturnHooks::new(),
+                ret_hooks: entry_probe::ReturnHooks::new(),
                 returns,
                 stats: Stats::default(),
-                btf: crate::typed::BtfSlot::new(),
+                btf: BtfSlot::new(),
             }),
             GFP_KERNEL,
         )?;
         TRACER.store(&*tracer as *const Tracer as *mut Tracer, Ordering::Release);
         // A task that exits leaves its hooked returns behind: the tracepoint drops them
         // before its stack is freed, for as long as the module is loaded.
-        // SAFETY: a C helper registering a tracepoint probe of this module; unregistered
-        // in `drop` (or right here on failure, when `TRACER` is cleared again).
-        let r = unsafe { bindings::fctrace_exit_hook_register() };
-        if r != 0 {
-            TRACER.store(core::ptr::null_mut(), Ordering::Release);
-            return Err(Error::from_errno(r));
-        }
-        // SAFETY: a C helper registering a CPU hotplug callback of this module (it calls
-        // `fctrace_flush_this_cpu()`, which finds the tracer through `TRACER`);
-        // unregistered in `drop`, or right here on failure.
-        let r = unsafe { bindings::fctrace_cpu_down_register() };
-        if r != 0 {
-            // SAFETY: registered just above.
-            unsafe { bindings::fctrace_exit_hook_unregister() };
-            TRACER.store(core::ptr::null_mut(), Ordering::Release);
-            return Err(Error::from_errno(r));
-        }
-        Ok(TracerHandle(tracer))
+        // SAFETY: the callbacks (`fctrace_task_exit()`, `fctrace_task_exec()`,
+        // `fctrace_flush_this_cpu()`) find the tracer through `TRACER`, set above and
+        // cleared only after the hooks are dropped (in `drop`, or right here on failure).
+        let hooks = match unsafe { sys::Hooks::register() } {
+            Ok(h) => h,
+            Err(e) => {
+                TRACER.store(core::ptr::null_mut(), Ordering::Release);
+                return Err(e);
+            }
+        };
+        Ok(TracerHandle {
+            tracer,
+            hooks: Some(hooks),
+        })
     }
 }
 
 impl Drop for TracerHandle {
     fn drop(&mut self) {
-        let tr: &Tracer = &self.0;
+        let tr: &Tracer = &self.tracer;
         tr.deactivate(&mut tr.lock());
         tr.wait_idle();
         tr.wait_returns();
-        // SAFETY: registered in `new`; waits for running probes of the tracepoint.
-        unsafe { bindings::fctrace_exit_hook_unregister() };
-        // SAFETY: registered in `new`; waits for a callback in progress.
-        unsafe { bindings::fctrace_cpu_down_unregister() };
+        // Unregisters the hooks, waiting for running callbacks.
+        drop(self.hooks.take());
         TRACER.store(core::ptr::null_mut(), Ordering::Release);
     }
 }

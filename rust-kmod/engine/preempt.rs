@@ -15,12 +15,12 @@ use super::arming::call_range;
 use super::handlers::Hook;
 use super::table::FuncState;
 use super::{read_kernel, Tracer};
-use crate::bindings;
 use crate::decode::{self, Flow};
 use crate::kprobe::Probe;
 use crate::ksym::{addr_of, SymBuf};
 use crate::record::Reason;
 use crate::shadow::MAX_FRAMES;
+use crate::sys;
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use kernel::c_str;
 use kernel::ffi::c_int;
@@ -184,7 +184,7 @@ impl Tracer {
     /// preemption thunk (its innermost frame), the scheduler runs for it there: open its
     /// frame, so its call sites count. Other tasks are ignored. (An interrupt's return
     /// preempts through `preempt_schedule_irq()`, which has no hook.)
-    pub(crate) fn on_preempt(&self, p: &Probe<Hook>, regs: &mut bindings::pt_regs) -> c_int {
+    pub(crate) fn on_preempt(&self, p: &Probe<Hook>, regs: &mut sys::PtRegs) -> c_int {
         let Some(cur) = self.current(regs, p.is_ftrace_based()) else {
             return 0;
         };

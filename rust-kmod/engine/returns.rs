@@ -27,12 +27,12 @@
 //! through it: the restored entries stay until an RCU-tasks grace period has passed (at the
 //! next activation, and on unload).
 
-use super::tree::{Ctx, Cur};
+use super::tree::Cur;
 use super::{tracer, Tracer, MAX_TASKS};
-use crate::bindings;
 use crate::kprobe;
 use crate::parse::OptionName;
 use crate::retstack::RetStack;
+use crate::sys;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::alloc::KVVec;
@@ -58,8 +58,7 @@ impl RetSlot {
     /// Runs `f` on the return stack with the lock held and interrupts off. The lock is held
     /// for a few loads and stores by anyone, so the spin is short.
     fn with<R>(&self, f: impl FnOnce(&mut RetStack) -> R) -> R {
-        // SAFETY: a C wrapper of local_irq_save(), restored below.
-        let flags = unsafe { bindings::fctrace_irq_save() };
+        let irqs_off = sys::IrqsOff::new();
         while self
             .lock
             .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -70,8 +69,7 @@ impl RetSlot {
         // SAFETY: the lock is held and interrupts are off: nobody else accesses `rets`.
         let r = f(unsafe { &mut *self.rets.get() });
         self.lock.store(false, Ordering::Release);
-        // SAFETY: restores what fctrace_irq_save() saved above.
-        unsafe { bindings::fctrace_irq_restore(flags) };
+        drop(irqs_off);
         r
     }
 }
@@ -93,8 +91,7 @@ pub(crate) struct Returns {
 
 impl Returns {
     pub(crate) fn new() -> Result<Self> {
-        // SAFETY: reading a variable that is set once during boot.
-        let n = MAX_TASKS + unsafe { bindings::nr_cpu_ids } as usize;
+        let n = MAX_TASKS + sys::nr_cpu_ids() as usize;
         let mut slots = KVVec::with_capacity(n, GFP_KERNEL)?;
         for _ in 0..n {
             slots.push(
@@ -243,22 +240,19 @@ impl Returns {
 
 /// The address of `fctrace_return_site`.
 pub(crate) fn return_site() -> u64 {
-    // SAFETY: a C accessor of a constant address.
-    unsafe { bindings::fctrace_return_addr() as u64 }
+    sys::return_site_addr()
 }
 
 /// The key of the stack the word at `addr` is on (0: not one fctrace hooks returns on).
 pub(crate) fn stack_key(addr: u64) -> u64 {
-    // SAFETY: a C helper that only compares addresses.
-    unsafe { bindings::fctrace_stack_key(addr as _) as u64 }
+    sys::stack_key(addr)
 }
 
 impl Tracer {
     /// Whether returns may be hooked now, by the current context: tracing is on and the
     /// task is not exiting (after `sched_process_exit` nothing would drop its words).
     fn may_hook(&self) -> bool {
-        // SAFETY: a C accessor of `current`.
-        self.active.load(Ordering::Acquire) && !unsafe { bindings::fctrace_current_exiting() }
+        self.active.load(Ordering::Acquire) && !sys::current_exiting()
     }
 
     /// A frame opened at a function's entry, whose return address is on top of the stack at
@@ -296,7 +290,7 @@ impl Tracer {
 
     /// An int3 handler makes the call of `target` itself, with return address `ret`
     /// replaced by the trampoline's (when there is room): the pre-handler then returns 1.
-    pub(crate) fn hooked_call(&self, regs: &mut bindings::pt_regs, ret: u64, target: u64) {
+    pub(crate) fn hooked_call(&self, regs: &mut sys::PtRegs, ret: u64, target: u64) {
         let retp = (regs.sp as u64).wrapping_sub(8);
         let key = stack_key(retp);
         let hooked = key != 0 && self.may_hook() && {
@@ -332,9 +326,9 @@ impl Tracer {
                 missed += r.restore(|retp, orig| {
                     // SAFETY: `retp` is a word of a live stack: its task has not reached
                     // `sched_process_exit` (which drops the return stack under this lock),
-                    // so its stack is not freed; a C helper that does one cmpxchg.
-                    let put =
-                        unsafe { bindings::fctrace_cmpxchg_word(retp as _, frs as _, orig as _) };
+                    // so its stack is not freed; `retp` is aligned (a return address's
+                    // slot).
+                    let put = unsafe { sys::cmpxchg_word(retp, frs, orig) };
                     // A word that holds neither our address nor another return hook's is
                     // no longer a return address (its frame is gone): nothing comes back
                     // through it.
@@ -357,8 +351,7 @@ impl Tracer {
         if !self.returns.restored.swap(false, Ordering::AcqRel) {
             return;
         }
-        // SAFETY: waits for an RCU-tasks grace period; process context.
-        unsafe { bindings::synchronize_rcu_tasks() };
+        sys::synchronize_rcu_tasks();
         for s in self.returns.slots.iter() {
             if s.key.load(Ordering::Acquire) == 0 {
                 continue;
@@ -387,15 +380,13 @@ impl Tracer {
             if waited % 100 == 0 {
                 pr_warn!("fctrace: waiting for traced tasks to return through fctrace_return\n");
             }
-            // SAFETY: a C wrapper of schedule_timeout_idle(), process context: sleeps 100 ms
-            // (not counted as a hung task, not cut short by signals).
-            unsafe { bindings::fctrace_sleep_idle(100) };
+            // Not counted as a hung task, not cut short by signals.
+            sys::sleep_idle(100);
             waited = waited.wrapping_add(1);
         }
         if any {
             // The last of them may still be on the trampoline's last instructions.
-            // SAFETY: waits for an RCU-tasks grace period; process context.
-            unsafe { bindings::synchronize_rcu_tasks() };
+            sys::synchronize_rcu_tasks();
         }
     }
 
@@ -410,12 +401,8 @@ impl Tracer {
             return;
         }
         let irqs = self.settings.option(OptionName::Irqs);
-        // SAFETY: a C helper reading the preempt count and the stack pointer.
-        let ctx = match unsafe { bindings::fctrace_return_ctx(irqs) } as u32 {
-            bindings::FCTRACE_CTX_TASK => Ctx::Task,
-            bindings::FCTRACE_CTX_SOFTIRQ => Ctx::SoftIrq,
-            bindings::FCTRACE_CTX_HARDIRQ => Ctx::HardIrq,
-            _ => return,
+        let Some(ctx) = sys::return_context(irqs) else {
+            return;
         };
         let cur = Cur {
             pid,
@@ -449,12 +436,8 @@ pub(crate) extern "C" fn fctrace_return_handler(sp: u64, rax: u64) -> u64 {
     let retp = sp.wrapping_sub(8);
     let orig = tracer().and_then(|tr| {
         let orig = tr.returns.pop(stack_key(retp), retp)?;
-        // SAFETY: a C wrapper of ftrace_test_recursion_trylock(); unlocked below.
-        let bit = unsafe { bindings::fctrace_recursion_lock() };
-        if bit >= 0 {
+        if let Some(_recursion) = sys::RecursionGuard::try_new() {
             tr.on_return(retp, rax);
-            // SAFETY: `bit` is what the lock above returned.
-            unsafe { bindings::fctrace_recursion_unlock(bit) };
         }
         Some(orig)
     });
@@ -464,11 +447,9 @@ pub(crate) extern "C" fn fctrace_return_handler(sp: u64, rax: u64) -> u64 {
             if let Some(tr) = tracer() {
                 tr.returns.dump(stack_key(retp), retp);
             }
-            // SAFETY: does not return; there is nowhere to go.
-            unsafe { bindings::fctrace_return_lost(retp as _) }
+            sys::return_lost(retp)
         }
-        // SAFETY: does not return; there is nowhere to go.
-        None => unsafe { bindings::fctrace_return_lost(retp as _) },
+        None => sys::return_lost(retp),
     }
 }
 

@@ -12,10 +12,10 @@ use super::table::FuncState;
 use super::tree::Ctx;
 use super::wait::wake_armed;
 use super::{clock_ns, timed, tracer, Tracer, TracerInner};
-use crate::bindings;
 use crate::kprobe::{Batch, Probe};
 use crate::ksym::{resolve, SymBuf};
 use crate::parse::{self, FilterVerdict, OptionName};
+use crate::sys;
 use core::sync::atomic::Ordering;
 use kernel::alloc::KVec;
 use kernel::c_str;
@@ -291,8 +291,7 @@ impl Tracer {
         for (f, _) in inner.funcs.iter().zip(dead.iter()).filter(|(_, d)| **d) {
             self.table.set_state(f.entry, FuncState::Unknown);
         }
-        // SAFETY: may sleep; we are in process context holding only the mutex.
-        unsafe { bindings::fctrace_synchronize_handlers() };
+        sys::synchronize_handlers();
         for (f, d) in inner.funcs.iter().zip(dead.iter_mut()).filter(|(_, d)| **d) {
             if self.table.is_open(f.entry) {
                 // A task got in meanwhile: keep it.
@@ -372,8 +371,7 @@ impl Tracer {
             return;
         }
         let period = (after_ms / 4).clamp(REAP_PERIOD_MIN_MS, REAP_PERIOD_MAX_MS);
-        // SAFETY: a C wrapper of `schedule_delayed_work()` (a no-op if queued).
-        unsafe { bindings::fctrace_schedule_reap(period) };
+        sys::schedule_reap(period);
     }
 }
 
@@ -396,8 +394,7 @@ impl Tracer {
                 Err(s) => s,
             };
         let push_back = now.saturating_sub(since) < OPTIMIZE_MAX_DELAY_NS;
-        // SAFETY: a C wrapper of `mod_delayed_work()`/`schedule_delayed_work()`.
-        unsafe { bindings::fctrace_schedule_optimize(OPTIMIZE_QUIET_MS, push_back) };
+        sys::schedule_optimize(OPTIMIZE_QUIET_MS, push_back);
     }
 
     /// Gives the deferred entry hooks in one update, and releases every blocker in one
@@ -423,8 +420,7 @@ impl Tracer {
         drop(batch);
         drop(inner);
         if released {
-            // SAFETY: a C wrapper of `mod_delayed_work()`/`schedule_delayed_work()`.
-            unsafe { bindings::fctrace_schedule_optimize(OPTIMIZE_PUBLISH_MS, false) };
+            sys::schedule_optimize(OPTIMIZE_PUBLISH_MS, false);
         }
     }
 }
@@ -448,12 +444,10 @@ pub(crate) extern "C" fn fctrace_reap_work() {
 /// The scheduling class (`struct sched_class *`) of thread group `tgid`'s leader, 0 if
 /// there is none.
 fn sched_class_of(tgid: u32) -> u64 {
-    // SAFETY: a C helper that looks the task up under RCU and only reads a pointer.
-    unsafe { bindings::fctrace_tgid_sched_class(tgid) }
+    sys::tgid_sched_class(tgid)
 }
 
 /// The idle scheduling class (`init_task`'s, the boot CPU's idle task).
 fn idle_sched_class() -> u64 {
-    // SAFETY: a C helper that reads one pointer of `init_task`.
-    unsafe { bindings::fctrace_idle_sched_class() }
+    sys::idle_sched_class()
 }

@@ -63,10 +63,10 @@ use super::handlers::{reg, SiteCall};
 use super::table::{FuncState, HOOK_LIVE};
 use super::tree::TaskData;
 use super::{load_kernel, tracer, Tracer};
-use crate::bindings;
 use crate::emulate;
 use crate::parse::OptionName;
 use crate::presite;
+use crate::sys;
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::ffi::{c_int, c_ulong};
 
@@ -111,7 +111,7 @@ pub(crate) struct Expect {
 }
 
 /// The registers and memory a pre-site program runs on: the probe's saved registers.
-struct PreSiteRegs<'a>(&'a bindings::pt_regs);
+struct PreSiteRegs<'a>(&'a sys::PtRegs);
 
 impl emulate::Machine for PreSiteRegs<'_> {
     #[inline]
@@ -124,9 +124,9 @@ impl emulate::Machine for PreSiteRegs<'_> {
     }
 
     fn gs_base(&self) -> Option<u64> {
-        // SAFETY: reads this CPU's per-CPU offset; the handler runs with preemption off
-        // (the detour) or interrupts off (the trap), so the CPU does not change.
-        Some(unsafe { bindings::fctrace_gs_base() } as u64)
+        // The handler runs with preemption off (the detour) or interrupts off (the trap),
+        // so the CPU does not change.
+        Some(sys::gs_base())
     }
 }
 
@@ -136,7 +136,7 @@ impl emulate::Machine for PreSiteRegs<'_> {
 /// pre-site values); and whether all six argument registers are known (the `args`
 /// option draws the call's arguments only then). `None` if the stack pointer is not
 /// known.
-fn at_call(site: &SiteData, regs: &bindings::pt_regs) -> Option<(bindings::pt_regs, bool)> {
+fn at_call(site: &SiteData, regs: &sys::PtRegs) -> Option<(sys::PtRegs, bool)> {
     let end = site.prog.as_ref()?.run(&PreSiteRegs(regs));
     let sp = end.target?;
     let mut at = *regs;
@@ -164,9 +164,9 @@ fn at_call(site: &SiteData, regs: &bindings::pt_regs) -> Option<(bindings::pt_re
 /// trap. The detour (`optprobe_template_func`, Linux 6.12) builds `pt_regs` on the probed
 /// stack right below its stack pointer, so they end exactly where the stack pointer
 /// was; a trap's frame lies below a gap (`asm_exc_int3`) or on another stack.
-pub(super) fn from_detour(regs: &bindings::pt_regs) -> bool {
-    let end = (regs as *const bindings::pt_regs as u64)
-        .wrapping_add(core::mem::size_of::<bindings::pt_regs>() as u64);
+pub(super) fn from_detour(regs: &sys::PtRegs) -> bool {
+    let end = (regs as *const sys::PtRegs as u64)
+        .wrapping_add(core::mem::size_of::<sys::PtRegs>() as u64);
     end == regs.sp as u64
 }
 
@@ -175,7 +175,7 @@ impl Tracer {
     /// the call site. Runs in the detour (interrupts as they were, preemption disabled
     /// once by kprobes) or, until the probe is optimized, in its breakpoint trap. Never
     /// changes `regs.ip` (the detour ignores it).
-    pub(super) fn on_pre_site(&self, site: &SiteData, regs: &mut bindings::pt_regs) -> c_int {
+    pub(super) fn on_pre_site(&self, site: &SiteData, regs: &mut sys::PtRegs) -> c_int {
         let irqs = self.settings.option(OptionName::Irqs);
         let via = u32::from(from_detour(regs));
         let Some(cur) = self.current_in(regs, via, irqs) else {
@@ -288,7 +288,7 @@ impl Tracer {
         &self,
         d: &mut TaskData,
         site: &SiteData,
-        regs: &mut bindings::pt_regs,
+        regs: &mut sys::PtRegs,
         via: u32,
     ) -> c_int {
         // A step left over (its trap never came): it is over.
@@ -315,7 +315,7 @@ impl Tracer {
     /// was opened at this call (its entry stack pointer 8 below this one) closes it, with
     /// the value returned, as the return hook would have. Runs in the detour (or, until
     /// the probe is optimized, in its breakpoint trap).
-    pub(super) fn on_post_site(&self, site: &SiteData, regs: &mut bindings::pt_regs) -> c_int {
+    pub(super) fn on_post_site(&self, site: &SiteData, regs: &mut sys::PtRegs) -> c_int {
         let irqs = self.settings.option(OptionName::Irqs);
         let via = u32::from(from_detour(regs));
         let Some(cur) = self.current_in(regs, via, irqs) else {
@@ -353,9 +353,9 @@ impl Tracer {
     /// A single-step trap of the current task (`regs` its registers): goes on stepping,
     /// or runs the call-site handler once the task stands on the site. Returns whether
     /// the trap was fctrace's.
-    fn on_step(&self, regs: &mut bindings::pt_regs) -> bool {
+    fn on_step(&self, regs: &mut sys::PtRegs) -> bool {
         let irqs = self.settings.option(OptionName::Irqs);
-        let Some(cur) = self.current_in(regs, bindings::FCTRACE_VIA_DIE, irqs) else {
+        let Some(cur) = self.current_in(regs, sys::VIA_DIE, irqs) else {
             return false;
         };
         let site = {
@@ -383,11 +383,10 @@ impl Tracer {
             site
         };
         regs.flags &= !(X86_EFLAGS_TF as c_ulong);
-        self.on_site(&site, regs, bindings::FCTRACE_VIA_DIE);
+        self.on_site(&site, regs, sys::VIA_DIE);
         // Sent to the arming trampoline, which returns to the site: step again from
         // there (see `resume_after_wait`).
-        // SAFETY: a C accessor of a constant address.
-        if regs.ip as u64 == unsafe { bindings::fctrace_trampoline_addr() } as u64 {
+        if regs.ip as u64 == sys::trampoline_addr() {
             // SAFETY: as above; the handler's reference to the tree has ended.
             if let Some((_, d)) = unsafe { self.tree(&cur) } {
                 d.step = Some(Step {
@@ -415,7 +414,7 @@ impl Tracer {
 /// A debug trap (`DIE_DEBUG`) with debug status `*dr6`, from the module's die notifier:
 /// handles fctrace's single steps. Returns whether the trap was fctrace's (the notifier
 /// then stops the chain).
-pub(crate) fn on_debug(regs: &mut bindings::pt_regs, dr6: *mut c_ulong) -> bool {
+pub(crate) fn on_debug(regs: &mut sys::PtRegs, dr6: *mut c_ulong) -> bool {
     // SAFETY: for DIE_DEBUG the notifier's `err` is the trap's pointer to its DR6 copy,
     // valid for the trap's duration (checked for null by the caller).
     let status = unsafe { *dr6 };

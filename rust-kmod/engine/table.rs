@@ -349,7 +349,7 @@ pub(crate) const HOOK_ENTRY: u32 = 1;
 pub(crate) const HOOK_TAIL: u32 = 2;
 /// It cannot have one (no ftrace site, or ftrace refused it): its call sites are probed.
 pub(crate) const HOOK_NONE: u32 = 4;
-/// Its entry hook is an entry probe (a kprobe, see `static_call.rs`), not ftrace's: a
+/// Its entry hook is an entry probe (a kprobe, see `entry_probe.rs`), not ftrace's: a
 /// task can be sent to wait there only while kprobes has not optimized it.
 pub(crate) const HOOK_PROBE: u32 = 8;
 /// Its entry hook is in place (ftrace's filter updated, or the entry probe registered):

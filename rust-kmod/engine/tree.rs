@@ -7,25 +7,17 @@
 //! rules are in `crates/fctrace-core/src/shadow.rs`) and its waiting state.
 
 use super::{clock_ns, this_cpu, Tracer, MAX_TASKS};
-use crate::bindings;
 use crate::parse::OptionName;
 use crate::record::{Kind, Reason, Record, F_IRQ, F_SOFTIRQ};
 use crate::shadow::{ShadowStack, Sink};
+use crate::sys;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use kernel::alloc::KVVec;
 use kernel::prelude::*;
 
 /// The context a probe hit runs in, for a traced task that is current.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ctx {
-    /// The task itself.
-    Task,
-    /// A softirq (or other code running for the task off its stack).
-    SoftIrq,
-    /// A hardware interrupt handler.
-    HardIrq,
-}
+pub(crate) use crate::sys::RunCtx as Ctx;
 
 /// The traced task a handler runs for.
 pub(crate) struct Cur {
@@ -153,8 +145,7 @@ impl Trees {
                 GFP_KERNEL,
             )?;
         }
-        // SAFETY: reading a variable that is set once during boot.
-        let cpus = unsafe { bindings::nr_cpu_ids } as usize;
+        let cpus = sys::nr_cpu_ids() as usize;
         let mut irqs = KVVec::with_capacity(2 * cpus, GFP_KERNEL)?;
         for _ in 0..2 * cpus {
             irqs.push(
@@ -185,7 +176,7 @@ pub(crate) struct Recorder<'a> {
     pub(crate) tr: &'a Tracer,
     pub(crate) cur: &'a Cur,
     /// The registers at the call being drawn, where they hold its arguments (`args`).
-    pub(crate) regs: Option<&'a bindings::pt_regs>,
+    pub(crate) regs: Option<&'a sys::PtRegs>,
 }
 
 impl Recorder<'_> {
@@ -198,8 +189,7 @@ impl Recorder<'_> {
         };
         r.pid = self.cur.pid;
         r.tgid = self.cur.tgid;
-        // SAFETY: a C accessor of `current`, writing 16 bytes into `comm`.
-        unsafe { bindings::fctrace_current_comm(r.comm.as_mut_ptr()) };
+        sys::current_comm(&mut r.comm);
     }
 }
 
@@ -253,7 +243,7 @@ impl Recorder<'_> {
 
 impl Tracer {
     /// The current task, if it is traced and ran the probed instruction in task context.
-    pub(crate) fn current(&self, regs: &bindings::pt_regs, via_ftrace: bool) -> Option<Cur> {
+    pub(crate) fn current(&self, regs: &sys::PtRegs, via_ftrace: bool) -> Option<Cur> {
         self.current_in(regs, u32::from(via_ftrace), false)
     }
 
@@ -262,7 +252,7 @@ impl Tracer {
     /// 0 for an int3 handler, else the preemption levels the ftrace callback took.
     pub(crate) fn current_in(
         &self,
-        regs: &bindings::pt_regs,
+        regs: &sys::PtRegs,
         via_ftrace: u32,
         irqs: bool,
     ) -> Option<Cur> {
@@ -273,15 +263,7 @@ impl Tracer {
         if !self.is_traced(tgid) {
             return None;
         }
-        let mut sleepable = false;
-        // SAFETY: `regs` are the registers of the probed context, as the C helper expects.
-        let ctx = unsafe { bindings::fctrace_task_context(regs, via_ftrace, irqs, &mut sleepable) };
-        let ctx = match ctx as u32 {
-            bindings::FCTRACE_CTX_TASK => Ctx::Task,
-            bindings::FCTRACE_CTX_SOFTIRQ => Ctx::SoftIrq,
-            bindings::FCTRACE_CTX_HARDIRQ => Ctx::HardIrq,
-            _ => return None,
-        };
+        let (ctx, sleepable) = sys::task_context(regs, via_ftrace, irqs)?;
         Some(Cur {
             pid,
             tgid,
@@ -404,17 +386,13 @@ impl Tracer {
 
 /// The current thread's id and process id.
 pub(crate) fn current_ids() -> (u32, u32) {
-    let (mut pid, mut tgid) = (0u32, 0u32);
-    // SAFETY: a C accessor of `current`, which always exists.
-    unsafe { bindings::fctrace_current_ids(&mut pid, &mut tgid) };
-    (pid, tgid)
+    sys::current_ids()
 }
 
 /// Whether the current task's state is `TASK_RUNNING` (not a wait loop's, set before its
 /// condition is checked: such a task must not block, see `fctrace_task_context()`).
 pub(crate) fn task_running() -> bool {
-    // SAFETY: a C accessor of `current`'s state, which always exists.
-    unsafe { bindings::fctrace_task_running() }
+    sys::task_running()
 }
 
 impl Tracer {
@@ -428,11 +406,7 @@ impl Tracer {
     }
 
     /// Where `cur`'s records go, for a call whose arguments are in `regs`.
-    pub(crate) fn recorder_at<'a>(
-        &'a self,
-        cur: &'a Cur,
-        regs: &'a bindings::pt_regs,
-    ) -> Recorder<'a> {
+    pub(crate) fn recorder_at<'a>(&'a self, cur: &'a Cur, regs: &'a sys::PtRegs) -> Recorder<'a> {
         Recorder {
             tr: self,
             cur,

@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * fctrace: One-line wrappers of what Rust cannot reach by itself (inline functions, macros,
+ * per-CPU and `current` accessors), sorted by name. Declared in helpers.h; wrapped once
+ * in Rust by sys.rs.
+ */
+#include <linux/ftrace.h>
+#include <linux/fs.h>
+#include <linux/string.h>
+#include <linux/uaccess.h>
+#include <linux/hardirq.h>
+#include <linux/kallsyms.h>
+#include <linux/kobject.h>
+#include <linux/irq_work.h>
+#include <linux/kprobes.h>
+#include <asm/text-patching.h>
+#include <linux/mm_types.h>
+#include <linux/poll.h>
+#include <linux/wait.h>
+#include <linux/module.h>
+#include <linux/pid.h>
+#include <linux/preempt.h>
+#include <linux/ptrace.h>
+#include <linux/rcupdate.h>
+#include <linux/binfmts.h>
+#include <linux/capability.h>
+#include <linux/security.h>
+#include <linux/siphash.h>
+#include <linux/once.h>
+#include <linux/random.h>
+#include <linux/pid_namespace.h>
+#include <linux/ring_buffer.h>
+#include <linux/rethook.h>
+#include <linux/sched.h>
+#include <linux/sched/clock.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/rt.h>
+#include <linux/sched/signal.h>
+#include <linux/sched/task.h>
+#include <linux/sched/task_stack.h>
+#include <linux/smp.h>
+#include <linux/cpuhotplug.h>
+#include <linux/sysfs.h>
+#include <linux/tracepoint.h>
+#include <linux/trace_clock.h>
+#include <linux/trace_recursion.h>
+#include <linux/delay.h>
+#include <asm/irq_stack.h>
+#include <linux/uaccess.h>
+#include <linux/workqueue.h>
+#include "helpers.h"
+
+/* ksym.rs sizes its symbol buffers with this. */
+static_assert(KSYM_SYMBOL_LEN <= 1024);
+
+bool fctrace_addr_in_self(unsigned long addr)
+{
+	return within_module(addr, THIS_MODULE);
+}
+
+u64 fctrace_clock(void)
+{
+	/*
+	 * ftrace's "local" clock (sched_clock() with preemption off): notrace, unlike
+	 * local_clock(), which function_graph would show for a traced task whose returns
+	 * fctrace records (fctrace_return's handler runs in the task's context).
+	 */
+	return trace_clock_local();
+}
+
+u32 fctrace_cpu(void)
+{
+	return raw_smp_processor_id();
+}
+
+void fctrace_current_comm(u8 *comm16)
+{
+	memcpy(comm16, current->comm, 16);
+	comm16[15] = 0;
+}
+
+bool fctrace_current_exiting(void)
+{
+	return current->flags & PF_EXITING;
+}
+
+void fctrace_current_ids(u32 *pid, u32 *tgid)
+{
+	*pid = current->pid;
+	*tgid = current->tgid;
+}
+
+extern char fctrace_entry_trampoline[];
+
+unsigned long fctrace_entry_trampoline_addr(void)
+{
+	return (unsigned long)fctrace_entry_trampoline;
+}
+
+/* The base of the gs segment on this CPU: where %gs-relative (per-CPU) reads read. */
+unsigned long fctrace_gs_base(void)
+{
+	return raw_cpu_read(this_cpu_off);
+}
+
+void fctrace_irq_restore(unsigned long flags)
+{
+	local_irq_restore(flags);
+}
+
+unsigned long fctrace_irq_save(void)
+{
+	unsigned long flags;
+
+	local_irq_save(flags);
+	return flags;
+}
+
+int fctrace_locked_down(void)
+{
+	return security_locked_down(LOCKDOWN_KPROBES);
+}
+
+int fctrace_mountpoint_create(void)
+{
+	return sysfs_create_mount_point(kernel_kobj, "fctrace");
+}
+
+void fctrace_mountpoint_remove(void)
+{
+	sysfs_remove_mount_point(kernel_kobj, "fctrace");
+}
+
+void fctrace_nofs_restore(unsigned int flags)
+{
+	memalloc_nofs_restore(flags);
+}
+
+unsigned int fctrace_nofs_save(void)
+{
+	return memalloc_nofs_save();
+}
+
+static siphash_key_t fctrace_ptr_key;
+
+u32 fctrace_ptr_hash(u64 v)
+{
+	get_random_once(&fctrace_ptr_key, sizeof(fctrace_ptr_key));
+	return (u32)siphash_1u64(v, &fctrace_ptr_key);
+}
+
+struct trace_buffer *fctrace_rb_alloc(unsigned long size)
+{
+	return ring_buffer_alloc(size, RB_FL_OVERWRITE);
+}
+
+/*
+ * ftrace lets one nested callback through a context's "transition" bit (for an interrupt
+ * that traces before preempt_count says so): we take that bit as well, or function_graph
+ * would trace what fctrace's handlers call. Both bits in one int (the second plus one,
+ * shifted).
+ */
+int fctrace_recursion_lock(void)
+{
+	int bit = ftrace_test_recursion_trylock(_THIS_IP_, _RET_IP_);
+	int transition;
+
+	if (bit < 0)
+		return bit;
+	transition = ftrace_test_recursion_trylock(_THIS_IP_, _RET_IP_);
+	return transition < 0 ? bit : bit | (transition + 1) << 8;
+}
+
+void fctrace_recursion_unlock(int bits)
+{
+	if (bits >> 8)
+		ftrace_test_recursion_unlock((bits >> 8) - 1);
+	ftrace_test_recursion_unlock(bits & 0xff);
+}
+
+extern char fctrace_ret_site[];
+
+unsigned long fctrace_ret_site_addr(void)
+{
+	return (unsigned long)fctrace_ret_site;
+}
+
+/* Hooked returns: see engine/returns.rs and trampoline.S. */
+extern const u8 fctrace_return_site[];
+
+unsigned long fctrace_return_addr(void)
+{
+	return (unsigned long)fctrace_return_site;
+}
+
+void __noreturn fctrace_return_lost(unsigned long retp)
+{
+	panic("fctrace: a return through fctrace_return at %px has no saved address\n",
+	      (void *)retp);
+}
+
+void fctrace_sleep_idle(unsigned int ms)
+{
+	schedule_timeout_idle(msecs_to_jiffies(ms));
+}
+
+void fctrace_synchronize_handlers(void)
+{
+	/* Probe handlers run with interrupts off: an RCU read side. */
+	synchronize_rcu();
+}
+
+bool fctrace_task_running(void)
+{
+	return task_is_running(current);
+}
+
+int fctrace_task_tgid(const void *task)
+{
+	return ((const struct task_struct *)task)->tgid;
+}
+
+struct module *fctrace_this_module(void)
+{
+	return THIS_MODULE;
+}
+
+extern char fctrace_trampoline[];
+
+unsigned long fctrace_trampoline_addr(void)
+{
+	return (unsigned long)fctrace_trampoline;
+}

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * fctrace: Hooks that live as long as the tracer: the sched_process_exit and sched_process_exec
+ * tracepoints and the CPU hotplug callback that flushes a CPU going down.
+ */
+#include <linux/ftrace.h>
+#include <linux/fs.h>
+#include <linux/string.h>
+#include <linux/uaccess.h>
+#include <linux/hardirq.h>
+#include <linux/kallsyms.h>
+#include <linux/kobject.h>
+#include <linux/irq_work.h>
+#include <linux/kprobes.h>
+#include <asm/text-patching.h>
+#include <linux/mm_types.h>
+#include <linux/poll.h>
+#include <linux/wait.h>
+#include <linux/module.h>
+#include <linux/pid.h>
+#include <linux/preempt.h>
+#include <linux/ptrace.h>
+#include <linux/rcupdate.h>
+#include <linux/binfmts.h>
+#include <linux/capability.h>
+#include <linux/security.h>
+#include <linux/siphash.h>
+#include <linux/once.h>
+#include <linux/random.h>
+#include <linux/pid_namespace.h>
+#include <linux/ring_buffer.h>
+#include <linux/rethook.h>
+#include <linux/sched.h>
+#include <linux/sched/clock.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/rt.h>
+#include <linux/sched/signal.h>
+#include <linux/sched/task.h>
+#include <linux/sched/task_stack.h>
+#include <linux/smp.h>
+#include <linux/cpuhotplug.h>
+#include <linux/sysfs.h>
+#include <linux/tracepoint.h>
+#include <linux/trace_clock.h>
+#include <linux/trace_recursion.h>
+#include <linux/delay.h>
+#include <asm/irq_stack.h>
+#include <linux/uaccess.h>
+#include <linux/workqueue.h>
+#include "helpers.h"
+
+static struct tracepoint *fctrace_exit_tp, *fctrace_exec_tp;
+
+static void fctrace_exit_probe(void *data, struct task_struct *p)
+{
+	/* After do_exit() counted the thread out of its group's live threads. */
+	fctrace_task_exit((unsigned long)p, p->tgid,
+			  atomic_read(&p->signal->live) == 0);
+}
+
+static void fctrace_exec_probe(void *data, struct task_struct *p, pid_t old_pid,
+			       struct linux_binprm *bprm)
+{
+	fctrace_task_exec(p->pid, old_pid, p->tgid, bprm->secureexec);
+}
+
+static void fctrace_find_tps(struct tracepoint *tp, void *priv)
+{
+	if (!strcmp(tp->name, "sched_process_exit"))
+		fctrace_exit_tp = tp;
+	else if (!strcmp(tp->name, "sched_process_exec"))
+		fctrace_exec_tp = tp;
+}
+
+int fctrace_exit_hook_register(void)
+{
+	int ret;
+
+	for_each_kernel_tracepoint(fctrace_find_tps, NULL);
+	if (!fctrace_exit_tp || !fctrace_exec_tp)
+		return -ENOENT;
+	ret = tracepoint_probe_register(fctrace_exit_tp, fctrace_exit_probe, NULL);
+	if (ret)
+		goto none;
+	ret = tracepoint_probe_register(fctrace_exec_tp, fctrace_exec_probe, NULL);
+	if (ret) {
+		tracepoint_probe_unregister(fctrace_exit_tp, fctrace_exit_probe, NULL);
+		tracepoint_synchronize_unregister();
+		goto none;
+	}
+	return 0;
+none:
+	fctrace_exit_tp = fctrace_exec_tp = NULL;
+	return ret;
+}
+
+void fctrace_exit_hook_unregister(void)
+{
+	if (!fctrace_exit_tp)
+		return;
+	tracepoint_probe_unregister(fctrace_exit_tp, fctrace_exit_probe, NULL);
+	tracepoint_probe_unregister(fctrace_exec_tp, fctrace_exec_probe, NULL);
+	tracepoint_synchronize_unregister();
+	fctrace_exit_tp = fctrace_exec_tp = NULL;
+}
+
+/*
+ * A CPU going offline flushes its staging area first (buffer.rs), on that CPU: after the
+ * scheduler stopped running tasks there (CPUHP_AP_ACTIVE comes down before
+ * CPUHP_AP_ONLINE_DYN), so what it staged is not stranded until it comes back.
+ */
+static enum cpuhp_state fctrace_cpuhp_state;
+
+static int fctrace_cpu_down(unsigned int cpu)
+{
+	unsigned long flags;
+
+	local_irq_save(flags);
+	fctrace_flush_this_cpu();
+	local_irq_restore(flags);
+	return 0;
+}
+
+int fctrace_cpu_down_register(void)
+{
+	int ret = cpuhp_setup_state_nocalls(CPUHP_AP_ONLINE_DYN, "fctrace:staging", NULL,
+					    fctrace_cpu_down);
+
+	if (ret < 0)
+		return ret;
+	fctrace_cpuhp_state = ret;
+	return 0;
+}
+
+void fctrace_cpu_down_unregister(void)
+{
+	if (fctrace_cpuhp_state > 0)
+		cpuhp_remove_state_nocalls(fctrace_cpuhp_state);
+	fctrace_cpuhp_state = 0;
+}

@@ -1,0 +1,724 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The seam to the kernel's API: safe wrappers over the C helpers (`c/*.c`, declared in
+//! `helpers.h`) and over the few kernel functions and variables fctrace calls directly.
+//!
+//! Each `unsafe` is justified once, here; the rest of the module calls these wrappers.
+//! Only the wrappers that own a registration (the file system in `fs.rs`, kprobes in
+//! `kprobe.rs`, the ring buffer in `buffer.rs`, the trap notifier in `trap_notifier.rs`)
+//! use the bindings themselves. What differs between
+//! kernel series belongs here.
+//!
+//! "Any context" means the wrapper may be called from a probe handler (interrupts or
+//! preemption off, or int3's NMI-like context); "process context; may sleep" means only
+//! from a task that may sleep, holding no spinlock.
+
+use core::pin::Pin;
+use core::sync::atomic::{AtomicU64, Ordering};
+use kernel::ffi::{c_int, c_ulong, c_void};
+use kernel::prelude::*;
+use kernel::types::Opaque;
+
+use crate::bindings;
+
+/// The registers of a probed context (`struct pt_regs`).
+pub(crate) type PtRegs = bindings::pt_regs;
+/// A kernel `struct file`, as the VFS passes it.
+pub(crate) type File = bindings::file;
+/// A kernel `struct poll_table_struct`, as the VFS passes it.
+pub(crate) type PollTable = bindings::poll_table_struct;
+
+/// `via` for a handler called by the die notifier chain in a debug trap (see
+/// [`task_context`]).
+pub(crate) const VIA_DIE: u32 = bindings::FCTRACE_VIA_DIE;
+
+/// What the probed instruction, or fctrace's return trampoline, is running in.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum RunCtx {
+    /// The task itself, on its own stack.
+    Task,
+    /// A softirq, or other code off the task's stack.
+    SoftIrq,
+    /// A hardware interrupt handler.
+    HardIrq,
+}
+
+fn run_ctx(c: c_int) -> Option<RunCtx> {
+    match c as u32 {
+        bindings::FCTRACE_CTX_TASK => Some(RunCtx::Task),
+        bindings::FCTRACE_CTX_SOFTIRQ => Some(RunCtx::SoftIrq),
+        bindings::FCTRACE_CTX_HARDIRQ => Some(RunCtx::HardIrq),
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The current task and CPU. Any context.
+
+/// The current task's thread ID and thread group ID (global).
+pub(crate) fn current_ids() -> (u32, u32) {
+    let (mut pid, mut tgid) = (0u32, 0u32);
+    // SAFETY: reads two fields of `current`, which always exists; writes two locals.
+    unsafe { bindings::fctrace_current_ids(&mut pid, &mut tgid) };
+    (pid, tgid)
+}
+
+/// The current task's `comm`, NUL-terminated within its 16 bytes.
+pub(crate) fn current_comm(comm: &mut [u8; 16]) {
+    // SAFETY: copies 16 bytes of `current->comm` into `comm`, which has 16 bytes.
+    unsafe { bindings::fctrace_current_comm(comm.as_mut_ptr()) };
+}
+
+/// Whether the current task's state is `TASK_RUNNING`.
+pub(crate) fn task_running() -> bool {
+    // SAFETY: reads `current`'s state.
+    unsafe { bindings::fctrace_task_running() }
+}
+
+/// Whether the current task is exiting (`PF_EXITING`).
+pub(crate) fn current_exiting() -> bool {
+    // SAFETY: reads `current`'s flags.
+    unsafe { bindings::fctrace_current_exiting() }
+}
+
+/// Whether the current task may be traced: false for most tasks, cheaply (its thread
+/// group's bit of the hot mask, a superset of the traced thread groups' while tracing is
+/// on). The first question of the probe handlers every task runs (kprobes' detours of
+/// entry probes and pre-sites), before anything else.
+#[inline(always)]
+pub(crate) fn maybe_traced() -> bool {
+    // SAFETY: reads `current`'s thread group and the module's own `fctrace_hot_mask`.
+    unsafe { bindings::fctrace_maybe_traced() }
+}
+
+/// ftrace's "local" clock in nanoseconds (`trace_clock_local()`).
+pub(crate) fn clock_ns() -> u64 {
+    // SAFETY: `trace_clock_local()` has no preconditions.
+    unsafe { bindings::fctrace_clock() }
+}
+
+/// The CPU this runs on (`raw_smp_processor_id()`); stable only with preemption off.
+pub(crate) fn this_cpu() -> u32 {
+    // SAFETY: reads a per-CPU variable.
+    unsafe { bindings::fctrace_cpu() }
+}
+
+/// The number of possible CPU IDs (`nr_cpu_ids`).
+pub(crate) fn nr_cpu_ids() -> u32 {
+    // SAFETY: `nr_cpu_ids` is set at boot and read-only afterwards.
+    unsafe { bindings::nr_cpu_ids }
+}
+
+/// This CPU's gs base (its per-CPU offset). Call with preemption off, or the answer may
+/// be another CPU's.
+pub(crate) fn gs_base() -> u64 {
+    // SAFETY: reads a per-CPU variable.
+    unsafe { bindings::fctrace_gs_base() as u64 }
+}
+
+/// Saves the interrupt state and disables interrupts on this CPU until the guard drops.
+pub(crate) struct IrqsOff(c_ulong);
+
+impl IrqsOff {
+    pub(crate) fn new() -> Self {
+        // SAFETY: `local_irq_save()`; restored by `drop` on this CPU (interrupts stay off,
+        // so the task cannot migrate meanwhile).
+        IrqsOff(unsafe { bindings::fctrace_irq_save() })
+    }
+}
+
+impl Drop for IrqsOff {
+    fn drop(&mut self) {
+        // SAFETY: restores what `new` saved, on the same CPU.
+        unsafe { bindings::fctrace_irq_restore(self.0) };
+    }
+}
+
+/// ftrace's recursion protection around the return handler, as ftrace callbacks have;
+/// `None` when this context is inside a callback already.
+pub(crate) struct RecursionGuard(c_int);
+
+impl RecursionGuard {
+    pub(crate) fn try_new() -> Option<Self> {
+        // SAFETY: `ftrace_test_recursion_trylock()`; unlocked by `drop`.
+        let bit = unsafe { bindings::fctrace_recursion_lock() };
+        (bit >= 0).then_some(RecursionGuard(bit))
+    }
+}
+
+impl Drop for RecursionGuard {
+    fn drop(&mut self) {
+        // SAFETY: `self.0` is what the lock in `try_new` returned.
+        unsafe { bindings::fctrace_recursion_unlock(self.0) };
+    }
+}
+
+/// The context the probed instruction ran in and whether a task context could sleep
+/// there, for a probe handler. `via`: 0 for a handler entered through int3, [`VIA_DIE`]
+/// for one called by the die notifier chain, else the number of times the ftrace callback
+/// (or an optimized probe's detour) disabled preemption. `None`: NMI, or a context that is
+/// neither the task nor an interrupt fctrace follows (interrupts only with `irqs`).
+pub(crate) fn task_context(regs: &PtRegs, via: u32, irqs: bool) -> Option<(RunCtx, bool)> {
+    let mut sleepable = false;
+    // SAFETY: `regs` are live registers (a reference); the helper reads them, the
+    // preempt count and `current`, and writes the local `sleepable`.
+    let c = unsafe { bindings::fctrace_task_context(regs, via, irqs, &mut sleepable) };
+    run_ctx(c).map(|c| (c, sleepable))
+}
+
+/// The context fctrace's return trampoline runs in (interrupts only with `irqs`).
+pub(crate) fn return_context(irqs: bool) -> Option<RunCtx> {
+    // SAFETY: reads the preempt count and the stack pointer.
+    run_ctx(unsafe { bindings::fctrace_return_ctx(irqs) })
+}
+
+// ---------------------------------------------------------------------------------------
+// Stacks and kernel memory. Any context.
+
+/// The key of the stack the word at `addr` is on: the current task's (its `task_struct`'s
+/// address) for its own stack, this CPU's hard-interrupt stack's top for that one, 0 for
+/// any other stack.
+pub(crate) fn stack_key(addr: u64) -> u64 {
+    // SAFETY: compares addresses only.
+    unsafe { bindings::fctrace_stack_key(addr as _) as u64 }
+}
+
+/// The word at `addr` and its stack's key, if `addr` is an aligned word of one of the
+/// stacks [`stack_key`] knows.
+pub(crate) fn stack_word(addr: u64) -> Option<(u64, u64)> {
+    let mut v: c_ulong = 0;
+    // SAFETY: the helper reads `addr` only where it is a word of a mapped stack, and
+    // writes the local `v`.
+    let key = unsafe { bindings::fctrace_stack_word(addr as _, &mut v) } as u64;
+    (key != 0).then_some((key, v as u64))
+}
+
+/// Replaces `old` with `new` in the word at `addr`; whether it did.
+///
+/// # Safety
+///
+/// `addr` is an aligned word of a live kernel stack that stays mapped for the call.
+pub(crate) unsafe fn cmpxchg_word(addr: u64, old: u64, new: u64) -> bool {
+    // SAFETY: the caller guarantees an aligned, mapped word; others change it only with
+    // atomic operations or from the stack's own task, which this does not race with more
+    // than a cmpxchg does.
+    let w = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
+    w.compare_exchange(old, new, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
+}
+
+/// Copies kernel memory at `addr` into `buf` without faulting; false if unreadable.
+pub(crate) fn read_kernel(addr: u64, buf: &mut [u8]) -> bool {
+    // SAFETY: `copy_from_kernel_nofault` checks the source and never faults; the
+    // destination is `buf`, writable for its length.
+    unsafe {
+        bindings::copy_from_kernel_nofault(buf.as_mut_ptr().cast(), addr as *const _, buf.len())
+            == 0
+    }
+}
+
+/// Copies the string at `src` (user memory below `TASK_SIZE_MAX`, else kernel memory) into
+/// `buf` without faulting; the second page is read only if the first holds no NUL. The
+/// bytes copied, or `None` when nothing could be read.
+pub(crate) fn copy_str(buf: &mut [u8], src: u64) -> Option<usize> {
+    // SAFETY: `buf` has `buf.len()` writable bytes; the helper reads `src` with the
+    // no-fault routines.
+    let got =
+        unsafe { bindings::fctrace_copy_str(buf.as_mut_ptr().cast(), src as _, buf.len() as _) };
+    (got > 0).then(|| (got as usize).min(buf.len()))
+}
+
+/// The `struct task_struct *` in a probed function's argument `task`: its thread group.
+///
+/// # Safety
+///
+/// `task` points to a live `task_struct`.
+pub(crate) unsafe fn task_tgid(task: u64) -> u32 {
+    // SAFETY: the caller guarantees a live `task_struct`; one field is read.
+    unsafe { bindings::fctrace_task_tgid(task as *const c_void) as u32 }
+}
+
+/// Calls `f` with the function_graph shadow stack of the current task (its words in use)
+/// and the offset of a return address's slot in an entry; `None` when it has none. Only
+/// from a handler running in the current task.
+pub(crate) fn with_graph_ret_stack<R>(f: impl FnOnce(&[u64], usize) -> R) -> Option<R> {
+    let (mut top, mut off) = (0, 0);
+    // SAFETY: reads the current task's own fields; writes two locals.
+    let rs = unsafe { bindings::fctrace_graph_ret_stack(&mut top, &mut off) };
+    if rs.is_null() || top < 0 || off < 0 {
+        return None;
+    }
+    // SAFETY: `rs` is the current task's function_graph shadow stack, a page allocated
+    // while the task lives, and `top` (at most a page of words, checked by the helper)
+    // words of it are in use. Only the task changes them (an interrupt on its CPU pushes
+    // above `top` and pops before returning), and the caller is the task itself: the
+    // slice lives only for the call of `f`, within the task's life.
+    let words = unsafe { core::slice::from_raw_parts(rs.cast::<u64>(), top as usize) };
+    Some(f(words, off as usize))
+}
+
+/// The return address a rethook (a kretprobe, an fprobe's exit) saved for the current
+/// task's frame whose return address sits at `retp`, where it put its trampoline `tramp`.
+pub(crate) fn rethook_saved_ret(retp: u64, tramp: u64) -> Option<u64> {
+    // SAFETY: walks the current task's own rethook list (at most 64 nodes), which only the
+    // task changes; callers run in the task, in a handler of one of its functions.
+    let r = unsafe { bindings::fctrace_rethook_saved_ret(retp as _, tramp as _) };
+    (r != 0).then_some(r as u64)
+}
+
+/// Whether `addr` is in fctrace's own module.
+pub(crate) fn addr_in_self(addr: u64) -> bool {
+    // SAFETY: `within_module()` on our own module, which is live while this code runs.
+    unsafe { bindings::fctrace_addr_in_self(addr as _) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Addresses of the module's own code.
+
+/// The arming trampoline (`trampoline.S`), where a probe sends a task to wait.
+pub(crate) fn trampoline_addr() -> u64 {
+    // SAFETY: returns a constant address.
+    unsafe { bindings::fctrace_trampoline_addr() as u64 }
+}
+
+/// Where an entry hook sends a task that waits for its function to be armed.
+pub(crate) fn entry_trampoline_addr() -> u64 {
+    // SAFETY: returns a constant address.
+    unsafe { bindings::fctrace_entry_trampoline_addr() as u64 }
+}
+
+/// Where a followed function returns to instead of its caller (`fctrace_return_site`).
+pub(crate) fn return_site_addr() -> u64 {
+    // SAFETY: returns a constant address.
+    unsafe { bindings::fctrace_return_addr() as u64 }
+}
+
+/// A bare RET of the module, patched at load like every return (see `trampoline.S`).
+pub(crate) fn ret_insn_addr() -> u64 {
+    // SAFETY: returns a constant address.
+    unsafe { bindings::fctrace_ret_site_addr() as u64 }
+}
+
+/// The return handler found no address for a return that came through the trampoline.
+pub(crate) fn return_lost(retp: u64) -> ! {
+    // SAFETY: does not return; the task has nowhere to go.
+    unsafe { bindings::fctrace_return_lost(retp as _) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tasks, permissions and security. Process context.
+
+/// The thread group of thread `pid` in the caller's PID namespace; `ESRCH` if there is
+/// none, it is a kernel thread's, or the group is dead or dying.
+pub(crate) fn pid_to_tgid(pid: i32) -> Result<u32> {
+    // SAFETY: looks the PID up under RCU.
+    let r = unsafe { bindings::fctrace_pid_to_tgid(pid) };
+    kernel::error::to_result(r.min(0)).map(|()| r as u32)
+}
+
+/// Whether thread group `tgid` (global) is alive: not dead, not dying, not a kernel
+/// thread's.
+pub(crate) fn tgid_alive(tgid: u32) -> bool {
+    // SAFETY: looks the task up under RCU.
+    unsafe { bindings::fctrace_tgid_alive(tgid) }
+}
+
+/// Global `tgid` as the current task's PID namespace numbers it, 0 if it cannot see it.
+pub(crate) fn tgid_vnr(tgid: u32) -> u32 {
+    // SAFETY: looks the task up under RCU.
+    unsafe { bindings::fctrace_tgid_vnr(tgid) }
+}
+
+/// The scheduling class (`struct sched_class *`) of thread group `tgid`'s leader, 0 if
+/// there is none.
+pub(crate) fn tgid_sched_class(tgid: u32) -> u64 {
+    // SAFETY: looks the task up under RCU and reads one pointer.
+    unsafe { bindings::fctrace_tgid_sched_class(tgid) }
+}
+
+/// The idle scheduling class (the boot CPU's idle task's).
+pub(crate) fn idle_sched_class() -> u64 {
+    // SAFETY: reads one pointer of `init_task`.
+    unsafe { bindings::fctrace_idle_sched_class() }
+}
+
+/// Whether the current task may open a file of fctracefs: to write, `CAP_SYS_ADMIN`; to
+/// read, `CAP_PERFMON` (or `CAP_SYS_ADMIN`); to read a trace, also no lockdown.
+pub(crate) fn may_open(read: bool, write: bool, trace: bool) -> Result {
+    // SAFETY: capability and LSM checks of the current task.
+    kernel::error::to_result(unsafe { bindings::fctrace_may_open(read, write, trace) })
+}
+
+/// `EPERM` when lockdown forbids kprobes (`LOCKDOWN_KPROBES`).
+pub(crate) fn locked_down() -> Result {
+    // SAFETY: an LSM check of the current task.
+    kernel::error::to_result(unsafe { bindings::fctrace_locked_down() })
+}
+
+/// Whether the current task may see kernel addresses (`kptr_restrict`, as `%pK` decides).
+pub(crate) fn may_see_addrs() -> bool {
+    // SAFETY: capability checks of the current task.
+    unsafe { bindings::fctrace_may_see_addrs() }
+}
+
+/// A kernel address hashed with a key made at the first call: what readers who may not
+/// see addresses get instead.
+pub(crate) fn ptr_hash(v: u64) -> u32 {
+    // SAFETY: siphash with the helper's own key; `get_random_once()` may run at the first
+    // call, which process context allows.
+    unsafe { bindings::fctrace_ptr_hash(v) }
+}
+
+/// The wall clock in seconds.
+pub(crate) fn real_seconds() -> i64 {
+    // SAFETY: reads the wall clock; no preconditions.
+    unsafe { bindings::ktime_get_real_seconds() }
+}
+
+/// A `memalloc_nofs_save()` scope: allocations made while it lives do not recurse into
+/// file systems. Dropped in the task that made it.
+pub(crate) struct NoFs(u32);
+
+impl NoFs {
+    pub(crate) fn new() -> Self {
+        // SAFETY: `memalloc_nofs_save()`; restored by `drop`.
+        NoFs(unsafe { bindings::fctrace_nofs_save() })
+    }
+}
+
+impl Drop for NoFs {
+    fn drop(&mut self) {
+        // SAFETY: restores what `new` saved.
+        unsafe { bindings::fctrace_nofs_restore(self.0) };
+    }
+}
+
+/// Size of a `sprint_symbol()` buffer (`c/helpers.c` asserts the kernel's
+/// `KSYM_SYMBOL_LEN` fits).
+pub(crate) const KSYM_SYMBOL_LEN: usize = 1024;
+
+/// Formats `addr` as `sprint_symbol()` does into `buf`; the length written.
+pub(crate) fn sprint_symbol(buf: &mut [u8; KSYM_SYMBOL_LEN], addr: u64, offset: bool) -> usize {
+    // SAFETY: `buf` has `KSYM_SYMBOL_LEN` bytes, at least the kernel's KSYM_SYMBOL_LEN
+    // (`c/helpers.c` asserts it), for the NUL-terminated result.
+    let n = unsafe {
+        if offset {
+            bindings::sprint_symbol(buf.as_mut_ptr(), addr as _)
+        } else {
+            bindings::sprint_symbol_no_offset(buf.as_mut_ptr(), addr as _)
+        }
+    };
+    (n.max(0) as usize).min(buf.len() - 1)
+}
+
+/// The size of `/sys/kernel/btf/<name>` (`vmlinux` or a module's), `None` if absent.
+/// Process context; may sleep.
+pub(crate) fn btf_size(name: &CStr) -> Option<usize> {
+    // SAFETY: `name` is NUL-terminated.
+    let n = unsafe { bindings::fctrace_btf_size(name.as_char_ptr()) };
+    (n > 0).then_some(n as usize)
+}
+
+/// Reads `/sys/kernel/btf/<name>` into `buf`; the bytes read. Process context; may sleep.
+pub(crate) fn btf_read(name: &CStr, buf: &mut [u8]) -> Result<usize> {
+    // SAFETY: `buf` has `buf.len()` writable bytes; `name` is NUL-terminated.
+    let n = unsafe {
+        bindings::fctrace_btf_read(name.as_char_ptr(), buf.as_mut_ptr().cast(), buf.len() as _)
+    };
+    if n < 0 {
+        return Err(Error::from_errno(n as c_int));
+    }
+    Ok(n as usize)
+}
+
+// ---------------------------------------------------------------------------------------
+// Sleeping and grace periods. Process context; may sleep.
+
+/// Sleeps `ms` milliseconds.
+pub(crate) fn msleep(ms: u32) {
+    // SAFETY: sleeping is allowed in process context.
+    unsafe { bindings::msleep(ms) };
+}
+
+/// Sleeps `ms` milliseconds in `TASK_IDLE` (no hung-task report, no signal wakes it).
+pub(crate) fn sleep_idle(ms: u32) {
+    // SAFETY: sleeping is allowed in process context.
+    unsafe { bindings::fctrace_sleep_idle(ms) };
+}
+
+/// Waits for an RCU Tasks grace period.
+pub(crate) fn synchronize_rcu_tasks() {
+    // SAFETY: sleeping is allowed in process context.
+    unsafe { bindings::synchronize_rcu_tasks() };
+}
+
+/// Waits until every probe handler running now has returned.
+pub(crate) fn synchronize_handlers() {
+    // SAFETY: sleeping is allowed in process context.
+    unsafe { bindings::fctrace_synchronize_handlers() };
+}
+
+// ---------------------------------------------------------------------------------------
+// The work items (`c/wait.c`): the arming pass, lazy disarming, deferred optimization.
+
+/// Queues the arming pass (`fctrace_sync_work()`). Any context, NMI-like included: raises
+/// an irq_work that queues the work item.
+pub(crate) fn schedule_sync() {
+    // SAFETY: `irq_work_queue()` on a static irq_work; NMI-safe.
+    unsafe { bindings::fctrace_schedule_sync() };
+}
+
+/// Runs the lazy disarming pass (`fctrace_reap_work()`) in `ms` milliseconds (no-op if
+/// queued).
+pub(crate) fn schedule_reap(ms: u32) {
+    // SAFETY: `schedule_delayed_work()` on a static work item.
+    unsafe { bindings::fctrace_schedule_reap(ms) };
+}
+
+/// Runs `fctrace_optimize_work()` in `ms` milliseconds; with `push_back`, that many after
+/// the last call.
+pub(crate) fn schedule_optimize(ms: u32, push_back: bool) {
+    // SAFETY: `mod_delayed_work()`/`schedule_delayed_work()` on a static work item.
+    unsafe { bindings::fctrace_schedule_optimize(ms, push_back) };
+}
+
+/// Cancels the work items, waiting for a running one. Process context; may sleep.
+pub(crate) fn cancel_work() {
+    // SAFETY: `cancel_*work_sync()` on static work items, from process context.
+    unsafe { bindings::fctrace_cancel_sync() };
+}
+
+/// The arming sequence number a task in the trampoline reads before its checks.
+pub(crate) fn arm_seq() -> u32 {
+    // SAFETY: reads an atomic counter.
+    unsafe { bindings::fctrace_arm_seq() }
+}
+
+/// How a wait for arming ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Woken {
+    /// The work item bumped the sequence number.
+    Bumped,
+    /// The time ran out.
+    Timeout,
+    /// A fatal signal is pending.
+    Fatal,
+}
+
+/// Sleeps until the arming sequence number moves past `seq`, `ms` milliseconds pass or a
+/// fatal signal comes; a task whose state is not `TASK_RUNNING` polls instead. Only from
+/// the arming trampoline (sleepable, no locks held).
+pub(crate) fn arm_sleep(seq: u32, ms: u32) -> Woken {
+    // SAFETY: the caller is a task in the trampoline, where it may sleep.
+    match unsafe { bindings::fctrace_arm_sleep(seq, ms) } {
+        r if r < 0 => Woken::Fatal,
+        0 => Woken::Timeout,
+        _ => Woken::Bumped,
+    }
+}
+
+/// Wakes the tasks waiting for arming.
+pub(crate) fn arm_wake() {
+    // SAFETY: `wake_up_all()` on a static wait queue.
+    unsafe { bindings::fctrace_arm_wake() };
+}
+
+/// `lossless`: waits until a reader takes records or `ms` pass; true if a signal is
+/// pending. Only from the arming trampoline (sleepable, no locks held).
+pub(crate) fn throttle_sleep(ms: u32) -> bool {
+    // SAFETY: the caller is a task in the trampoline, where it may sleep.
+    unsafe { bindings::fctrace_throttle_sleep(ms) != 0 }
+}
+
+/// A reader took records: wakes throttled tasks.
+pub(crate) fn throttle_wake() {
+    // SAFETY: `wake_up_all()` on a static wait queue.
+    unsafe { bindings::fctrace_throttle_wake() };
+}
+
+/// How often readers took records. Any context.
+pub(crate) fn throttle_progress() -> u32 {
+    // SAFETY: reads an atomic counter.
+    unsafe { bindings::fctrace_throttle_progress() }
+}
+
+// ---------------------------------------------------------------------------------------
+// Readers of the trace (`c/wait.c`).
+
+/// Records arrived: wakes `trace_pipe` readers. Any context, NMI-like included.
+pub(crate) fn wake_readers() {
+    // SAFETY: NMI-safe: queues an irq_work when a reader sleeps.
+    unsafe { bindings::fctrace_wake_readers() };
+}
+
+/// Flushes a pending reader wake-up. Process context.
+pub(crate) fn wake_sync() {
+    // SAFETY: `irq_work_sync()` on a static irq_work.
+    unsafe { bindings::fctrace_wake_sync() };
+}
+
+/// A `trace_pipe` reader waits `ms` milliseconds for staged records to fill up; `Err` on
+/// a signal. Process context; may sleep.
+pub(crate) fn reader_nap(ms: u32) -> Result {
+    // SAFETY: sleeping is allowed in process context.
+    kernel::error::to_result(unsafe { bindings::fctrace_reader_nap(ms) })
+}
+
+/// Something a reader waits for: `ready(arg)` says whether it is there.
+pub(crate) type ReadyFn = unsafe extern "C" fn(arg: *mut c_void) -> bool;
+
+/// Waits until `ready(arg)` or a signal. Process context; may sleep.
+///
+/// # Safety
+///
+/// `ready` may be called with `arg` from any context until this returns.
+pub(crate) unsafe fn wait_ready(ready: ReadyFn, arg: *mut c_void) -> Result {
+    // SAFETY: the caller guarantees `ready(arg)` is valid for the call.
+    kernel::error::to_result(unsafe { bindings::fctrace_wait_ready(Some(ready), arg) })
+}
+
+/// For `poll()`: registers `file` on the readers' wait queue; the poll mask.
+///
+/// # Safety
+///
+/// `file` and `pt` come from the VFS's poll call; `ready(arg)` is valid for the call.
+pub(crate) unsafe fn poll_ready(
+    file: *mut File,
+    pt: *mut PollTable,
+    ready: ReadyFn,
+    arg: *mut c_void,
+) -> u32 {
+    // SAFETY: as the caller guarantees.
+    unsafe { bindings::fctrace_poll_ready(file, pt, Some(ready), arg) }
+}
+
+/// Runs `func(info)` with interrupts off on every CPU for which `cond(cpu, info)` holds;
+/// waits for them. Process context; may sleep.
+///
+/// # Safety
+///
+/// `cond` and `func` may be called with `info` from any CPU until this returns.
+pub(crate) unsafe fn flush_cpus(
+    cond: unsafe extern "C" fn(cpu: c_int, info: *mut c_void) -> bool,
+    func: unsafe extern "C" fn(info: *mut c_void),
+    info: *mut c_void,
+) {
+    // SAFETY: as the caller guarantees.
+    unsafe { bindings::fctrace_flush_cpus(Some(cond), Some(func), info) };
+}
+
+// ---------------------------------------------------------------------------------------
+// Hooks that live as long as the tracer (`c/hooks.c`): the exit and exec tracepoints and
+// the CPU hotplug callback. Process context.
+
+/// Registers the exit and exec tracepoint probes and the CPU-down callback; they are
+/// unregistered when the returned value drops.
+pub(crate) struct Hooks(());
+
+impl Hooks {
+    /// # Safety
+    ///
+    /// `fctrace_task_exit()`, `fctrace_task_exec()` and `fctrace_flush_this_cpu()` may be
+    /// called from the moment this starts until the value is dropped.
+    pub(crate) unsafe fn register() -> Result<Self> {
+        // SAFETY: registers this module's tracepoint probes; unregistered in `drop`, or
+        // below on failure.
+        kernel::error::to_result(unsafe { bindings::fctrace_exit_hook_register() })?;
+        // SAFETY: registers this module's CPU-down callback; unregistered in `drop`.
+        if let Err(e) = kernel::error::to_result(unsafe { bindings::fctrace_cpu_down_register() }) {
+            // SAFETY: registered just above.
+            unsafe { bindings::fctrace_exit_hook_unregister() };
+            return Err(e);
+        }
+        Ok(Hooks(()))
+    }
+}
+
+impl Drop for Hooks {
+    fn drop(&mut self) {
+        // SAFETY: registered in `register`; waits for running probes of the tracepoints.
+        unsafe { bindings::fctrace_exit_hook_unregister() };
+        // SAFETY: registered in `register`; waits for a callback in progress.
+        unsafe { bindings::fctrace_cpu_down_unregister() };
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The file system's mount point and owner.
+
+/// Creates `/sys/kernel/fctrace`.
+pub(crate) fn mountpoint_create() -> Result {
+    // SAFETY: `sysfs_create_mount_point()`, process context.
+    kernel::error::to_result(unsafe { bindings::fctrace_mountpoint_create() })
+}
+
+/// Removes `/sys/kernel/fctrace`, made by [`mountpoint_create`].
+pub(crate) fn mountpoint_remove() {
+    // SAFETY: `sysfs_remove_mount_point()`, process context; callers made it before.
+    unsafe { bindings::fctrace_mountpoint_remove() };
+}
+
+/// This module (`THIS_MODULE`), the owner of its file operations.
+pub(crate) fn this_module() -> *mut bindings::module {
+    // SAFETY: returns a constant address.
+    unsafe { bindings::fctrace_this_module() }
+}
+
+// ---------------------------------------------------------------------------------------
+// Modules going away (the `args` option's module BTF is checked against this).
+
+/// Module unloads seen so far (counted by [`ModuleWatch`]): a module's BTF read before
+/// the last one may belong to a module of the same name that is gone.
+static MODULES_GONE: AtomicU64 = AtomicU64::new(0);
+
+/// How many modules have begun unloading since [`ModuleWatch`] was registered.
+pub(crate) fn modules_gone() -> u64 {
+    MODULES_GONE.load(Ordering::Acquire)
+}
+
+/// A module notifier counting unloads (see [`modules_gone`]); unregistered on drop.
+pub(crate) struct ModuleWatch {
+    nb: Pin<KBox<Opaque<bindings::notifier_block>>>,
+}
+
+// SAFETY: the watch only hands the notifier block to the kernel, which serialises all
+// access to it (the notifier chain's own locking); Rust never touches it after `new`.
+unsafe impl Send for ModuleWatch {}
+// SAFETY: as above, `&ModuleWatch` gives no access to the block.
+unsafe impl Sync for ModuleWatch {}
+
+impl ModuleWatch {
+    pub(crate) fn new() -> Result<Self> {
+        let nb = bindings::notifier_block {
+            notifier_call: Some(module_event),
+            ..Default::default()
+        };
+        let nb = KBox::pin(Opaque::new(nb), GFP_KERNEL)?;
+        // SAFETY: `nb` is pinned in a box that lives until `drop` unregisters it.
+        kernel::error::to_result(unsafe { bindings::register_module_notifier(nb.get()) })?;
+        Ok(ModuleWatch { nb })
+    }
+}
+
+impl Drop for ModuleWatch {
+    fn drop(&mut self) {
+        // SAFETY: registered in `new`; unregistering waits for running callbacks.
+        unsafe { bindings::unregister_module_notifier(self.nb.get()) };
+    }
+}
+
+/// The module notifier: counts modules going.
+///
+/// # Safety
+///
+/// Called only by the kernel's module notifier chain (it reads none of its pointers).
+unsafe extern "C" fn module_event(
+    _nb: *mut bindings::notifier_block,
+    action: c_ulong,
+    _data: *mut c_void,
+) -> c_int {
+    if action == bindings::module_state_MODULE_STATE_GOING as c_ulong {
+        MODULES_GONE.fetch_add(1, Ordering::AcqRel);
+    }
+    0 // NOTIFY_DONE
+}
