@@ -17,6 +17,8 @@ mod fmt;
 mod icount;
 mod initramfs;
 mod kernel;
+#[cfg(test)]
+mod layers;
 mod module;
 mod pahole;
 mod scan;
