@@ -31,7 +31,9 @@
 
 use super::handlers::Callee;
 use super::returns::{return_site, stack_key};
+use super::step::Expect;
 use super::table::HOOK_TAIL;
+use super::tree::{Recorder, TaskData};
 use super::{read_text, stack_word, tracer, Tracer, MAX_FRAMES};
 use crate::parse::OptionName;
 use crate::record::{Reason, F_INDIRECT, F_TAIL};
@@ -122,6 +124,117 @@ pub(crate) extern "C" fn fctrace_entry_hook(
 }
 
 impl Tracer {
+    /// The return address of a frame entered at `entry_sp`, whose word there is `word`:
+    /// `ours` when fctrace hooked that frame's return (the frame is live: this is a tail
+    /// call from it, or the call its call-site probe drew), else the real return address
+    /// behind any other tracer's return hooks.
+    fn entry_return(&self, entry_sp: u64, word: u64) -> (Option<u64>, u64) {
+        // Our own hooked word (function_graph may have replaced our address in turn): the
+        // frame entered at this stack pointer, whose return fctrace hooked, is live. A
+        // call-site probe made this call (that frame is this function's), or that frame's
+        // function jumped here (a tail call). Never a new call: a call writes a fresh
+        // return address.
+        let ours = (word == return_site() || self.ret_hooks.contains(word))
+            .then(|| self.returns.saved(stack_key(entry_sp), entry_sp))
+            .flatten();
+        // Another return hook's address: its callback or kprobe ran before this handler
+        // (function_graph, a kretprobe, an fprobe's exit) and keeps the return address it
+        // replaced, which may be a third hook's in turn (at most one of each kind here).
+        let mut ret = word;
+        if ours.is_none() {
+            for _ in 0..3 {
+                if !self.ret_hooks.contains(ret) {
+                    break;
+                }
+                let saved = if ret == self.ret_hooks.rethook() {
+                    rethook_saved_ret(entry_sp, ret)
+                } else {
+                    graph_saved_ret(entry_sp, self.ret_hooks.graph_handler())
+                };
+                match saved {
+                    Some(s) => ret = s,
+                    None => break,
+                }
+            }
+        }
+        (ours, ret)
+    }
+
+    /// Where the call of `e.func` entered at `entry_sp` was made from, for the traced
+    /// task's tree `d`: a call from the innermost frame's function (at its call site, or
+    /// at the site a pre-site computed, `expect`) or a tail call from it. `(site, tail,
+    /// the caller's stack pointer, indirect)`; `None` when it is none of fctrace's calls.
+    #[allow(clippy::too_many_arguments)]
+    fn entry_site(
+        &self,
+        e: &Entered,
+        d: &mut TaskData,
+        rec: &Recorder<'_>,
+        entry_sp: u64,
+        ours: Option<u64>,
+        ret: u64,
+        expect: Option<Expect>,
+    ) -> Option<(u64, bool, u64, bool)> {
+        let call_site = ret.wrapping_sub(5);
+        let hooked = ours.is_none() && self.ret_hooks.contains(ret);
+        let expected = expect.filter(|x| ours.is_none() && !x.tail && x.ret == ret);
+        let is_call = ours.is_none()
+            && (hooked || expected.is_some() || is_call_to(call_site, e.pfx..=e.func));
+        if is_call {
+            // A call: the caller ran at the stack pointer above the return address.
+            let sp = entry_sp + 8;
+            // Unchecked, a call whose probe drew it as a leaf (suppressing what runs
+            // below that call) would be drawn again here: such a call is left out.
+            if hooked && d.stack.suppresses(entry_sp) {
+                return None;
+            }
+            if d.stack.suppressed(sp) {
+                return None;
+            }
+            d.stack.close_stale(rec, sp);
+            let top = d.stack.top()?;
+            if hooked {
+                // (A call whose probe opened this frame already.)
+                if top.func == e.func && top.entry_sp == entry_sp {
+                    return None;
+                }
+                Some((top.func, false, sp, false))
+            } else if let Some(x) = expected {
+                if !self.table.contains(top.func, x.site) {
+                    return None;
+                }
+                d.expect = None;
+                Some((x.site, false, sp, true))
+            } else if self.table.contains(top.func, call_site) {
+                Some((call_site, false, sp, false))
+            } else {
+                None
+            }
+        } else if ours.is_some() || e.tail_ok {
+            // A tail call: the innermost frame's function jumped here, leaving its own
+            // return address on top. Which of its sites it jumped from is not known.
+            if d.stack.suppressed(entry_sp) {
+                return None;
+            }
+            d.stack.close_stale(rec, entry_sp);
+            let top = d.stack.top()?;
+            // (A call whose probe opened this frame already has the same stack pointer.)
+            if top.entry_sp != entry_sp || top.func == e.func {
+                return None;
+            }
+            // An indirect jump its pre-site computed: from that site.
+            match expect.filter(|x| x.tail && self.table.contains(top.func, x.site)) {
+                Some(x) => {
+                    d.expect = None;
+                    Some((x.site, true, entry_sp, true))
+                }
+                None => Some((top.func, true, entry_sp, false)),
+            }
+        } else {
+            None
+        }
+    }
+
     /// The entry of a hooked function: if a traced task came here from a call fctrace
     /// follows, the call is drawn (see the module documentation).
     pub(super) fn on_entry(&self, e: &Entered, regs: &mut sys::PtRegs, via_ftrace: u32) -> c_int {
@@ -152,93 +265,10 @@ impl Tracer {
             return 0;
         };
         let rec = self.recorder_at(&cur, regs);
-        // Our own hooked word (function_graph may have replaced our address in turn): the
-        // frame entered at this stack pointer, whose return fctrace hooked, is live. A
-        // call-site probe made this call (that frame is this function's), or that frame's
-        // function jumped here (a tail call). Never a new call: a call writes a fresh
-        // return address.
-        let ours = (word == return_site() || self.ret_hooks.contains(word))
-            .then(|| self.returns.saved(stack_key(entry_sp), entry_sp))
-            .flatten();
-        // Another return hook's address: its callback or kprobe ran before this handler
-        // (function_graph, a kretprobe, an fprobe's exit) and keeps the return address it
-        // replaced, which may be a third hook's in turn (at most one of each kind here).
-        let mut ret = word;
-        if ours.is_none() {
-            for _ in 0..3 {
-                if !self.ret_hooks.contains(ret) {
-                    break;
-                }
-                let saved = if ret == self.ret_hooks.rethook() {
-                    rethook_saved_ret(entry_sp, ret)
-                } else {
-                    graph_saved_ret(entry_sp, self.ret_hooks.graph_handler())
-                };
-                match saved {
-                    Some(s) => ret = s,
-                    None => break,
-                }
-            }
-        }
-        let call_site = ret.wrapping_sub(5);
-        let hooked = ours.is_none() && self.ret_hooks.contains(ret);
-        let expected = expect.filter(|x| ours.is_none() && !x.tail && x.ret == ret);
-        let is_call =
-            ours.is_none() && (hooked || expected.is_some() || is_call_to(call_site, e.pfx..=func));
-        let mut indirect = false;
-        let (site, tail, site_sp) = if is_call {
-            // A call: the caller ran at the stack pointer above the return address.
-            let sp = entry_sp + 8;
-            // Unchecked, a call whose probe drew it as a leaf (suppressing what runs
-            // below that call) would be drawn again here: such a call is left out.
-            if hooked && d.stack.suppresses(entry_sp) {
-                return 0;
-            }
-            if d.stack.suppressed(sp) {
-                return 0;
-            }
-            d.stack.close_stale(&rec, sp);
-            let Some(top) = d.stack.top() else { return 0 };
-            if hooked {
-                // (A call whose probe opened this frame already.)
-                if top.func == func && top.entry_sp == entry_sp {
-                    return 0;
-                }
-                (top.func, false, sp)
-            } else if let Some(x) = expected {
-                if !self.table.contains(top.func, x.site) {
-                    return 0;
-                }
-                d.expect = None;
-                indirect = true;
-                (x.site, false, sp)
-            } else if self.table.contains(top.func, call_site) {
-                (call_site, false, sp)
-            } else {
-                return 0;
-            }
-        } else if ours.is_some() || e.tail_ok {
-            // A tail call: the innermost frame's function jumped here, leaving its own
-            // return address on top. Which of its sites it jumped from is not known.
-            if d.stack.suppressed(entry_sp) {
-                return 0;
-            }
-            d.stack.close_stale(&rec, entry_sp);
-            let Some(top) = d.stack.top() else { return 0 };
-            // (A call whose probe opened this frame already has the same stack pointer.)
-            if top.entry_sp != entry_sp || top.func == func {
-                return 0;
-            }
-            // An indirect jump its pre-site computed: from that site.
-            match expect.filter(|x| x.tail && self.table.contains(top.func, x.site)) {
-                Some(x) => {
-                    d.expect = None;
-                    indirect = true;
-                    (x.site, true, entry_sp)
-                }
-                None => (top.func, true, entry_sp),
-            }
-        } else {
+        let (ours, ret) = self.entry_return(entry_sp, word);
+        let Some((site, tail, site_sp, indirect)) =
+            self.entry_site(e, d, &rec, entry_sp, ours, ret, expect)
+        else {
             return 0;
         };
         let flags = if tail { F_TAIL } else { 0 } | if indirect { F_INDIRECT } else { 0 };
