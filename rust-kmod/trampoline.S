@@ -156,7 +156,7 @@ SYM_CODE_END(fctrace_entry_trampoline)
 /*
  * fctrace_ret_site: a bare RET. The kernel patches it when it loads the module, like every
  * return it has (apply_returns()): into `ret`, or a jump to the return thunk it chose for
- * this CPU (srso_return_thunk, call_depth_return_thunk, ...). engine/arming.rs reads it
+ * this CPU (srso_return_thunk, call_depth_return_thunk, ...). engine/arming/thunks.rs reads it
  * to learn that choice from the live text. Never called.
  */
 SYM_FUNC_START(fctrace_ret_site)

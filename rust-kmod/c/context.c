@@ -140,7 +140,7 @@ int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bo
 								FCTRACE_CTX_NONE;
 	/*
 	 * The task does not arm itself: it waits, with a timeout, for the work item
-	 * that arms (engine/wait.rs, arm_pending). So the sleeping locks it may hold
+	 * that arms (engine/wait/, arm_pending). So the sleeping locks it may hold
 	 * (mmap_lock, pcpu_alloc_mutex, ...) cannot close a cycle with the locks arming
 	 * takes (kprobe_mutex, cpu_hotplug_lock, text_mutex): at worst the wait times out.
 	 *

@@ -28,7 +28,7 @@
 //! optimized probe's detour, which cannot send the task anywhere, the call shows as `not
 //! followed: static call` (or `not followed: entry probe`) and the callee is armed for
 //! its next call. (Arming a function that waited arms its first direct callees too, see
-//! `wait.rs`, so that is rare.)
+//! `wait/`, so that is rare.)
 
 use super::arming::{call_range, never_probed, MAX_FUNC_SIZE};
 use super::entry::{Entered, Via};

@@ -120,7 +120,7 @@ impl Tracer {
                 return Err(EINVAL);
             }
             // No task waits for the start function: its callees with an entry probe are
-            // armed with it (see `wait.rs`).
+            // armed with it (see `wait/`).
             self.arm_probe_closure(inner, root, u64::MAX);
         }
         let root_hook = if root.is_some() {

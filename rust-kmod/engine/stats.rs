@@ -21,10 +21,10 @@ pub(crate) struct Stats {
     /// Functions queued for arming ahead after those (`Tracer::want_later`).
     pub(crate) ahead_later: AtomicU64,
     /// Ops tables read for the other methods of a function called through them in
-    /// atomic context, and the methods found there not armed yet (`wait.rs`).
+    /// atomic context, and the methods found there not armed yet (`wait/`).
     pub(crate) ahead_tables: AtomicU64,
     pub(crate) ahead_methods: AtomicU64,
-    /// The last start round of arming ahead (`wait.rs`): the functions it armed, and how
+    /// The last start round of arming ahead (`wait/`): the functions it armed, and how
     /// long it took (ns; 0 while it runs).
     pub(crate) start_armed: AtomicU64,
     pub(crate) start_ns: AtomicU64,

@@ -13,7 +13,7 @@
 //!
 //! For a traced task the handler sets the trap flag (`TF`) in the registers the detour
 //! returns with. The task single-steps the rest of the run; each step is a debug trap
-//! (`#DB`, `DIE_DEBUG`, seen through the module's die notifier in `late_int3.rs`) that
+//! (`#DB`, `DIE_DEBUG`, seen through the module's die notifier in `trap_notifier.rs`) that
 //! only goes on, until the task stands on the call site: there the flag is cleared and
 //! the call-site handler (`handlers.rs`) runs with the registers the call is about to use,
 //! exactly as a breakpoint on the site would have run it, and may make the call itself

@@ -51,7 +51,7 @@ impl FuncState {
 /// Bits 16-19 of `Entry::state`, beside the [`FuncState`]: of an armed function, how many
 /// levels of its direct callees are known to be armed below it (`Tracer::arm_sync_closure`
 /// walked them; [`BELOW_ALL`]: it calls nothing directly). A traced task that enters a
-/// function with fewer than `MIN_BELOW` (`wait.rs`) where it may sleep waits there once,
+/// function with fewer than `MIN_BELOW` (`wait/`) where it may sleep waits there once,
 /// for a closure below it.
 const BELOW_SHIFT: u32 = 16;
 const BELOW_MASK: u32 = 0xf << BELOW_SHIFT;

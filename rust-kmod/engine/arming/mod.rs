@@ -119,7 +119,7 @@ pub(crate) struct SiteData {
     pub(crate) at_post: bool,
     /// For an indirect site: where its target is read from, as an address on the
     /// registers at the site (`emulate::Program::site_slot`), when the instructions before
-    /// it tell: the slot of the ops table the call goes through (see `wait.rs`).
+    /// it tell: the slot of the ops table the call goes through (see `wait/`).
     pub(crate) slot: Option<emulate::SiteSlot>,
 }
 

@@ -216,7 +216,7 @@ impl Tracer {
         }
     }
 
-    /// Arms the callees with an entry probe (`static_call.rs`) of `func` (armed, or not:
+    /// Arms the callees with an entry probe (`entry_probe.rs`) of `func` (armed, or not:
     /// then it has none), of those, and so on, up to `PROBE_CLOSURE` functions: once
     /// kprobes has optimized an
     /// entry probe no task can wait there, so a callee not armed by its first call would
