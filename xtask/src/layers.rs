@@ -27,7 +27,6 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 use std::fs;
-use std::path::Path;
 
 use crate::util::repo_root;
 
@@ -702,6 +701,18 @@ impl std::fmt::Display for Report {
     }
 }
 
+/// Adds `from -> to` (imported at `file:line`) to `graph`; a self-import adds nothing.
+fn add_edge(graph: &mut Graph, from: &str, to: String, file: &str, line: usize) {
+    if to != from {
+        graph
+            .entry(from.to_string())
+            .or_default()
+            .entry(to)
+            .or_default()
+            .push((file.to_string(), line));
+    }
+}
+
 /// The import graph among the top-level modules of `files` (self-imports left out).
 fn module_graph(files: &[(&str, &str)]) -> Graph {
     let known: BTreeSet<String> = LAYERS
@@ -720,14 +731,7 @@ fn module_graph(files: &[(&str, &str)]) -> Graph {
                 // `crate::Item`: an item of the crate root.
                 _ => ROOT.to_string(),
             };
-            if to != from {
-                graph
-                    .entry(from.clone())
-                    .or_default()
-                    .entry(to)
-                    .or_default()
-                    .push((file.to_string(), p.line));
-            }
+            add_edge(&mut graph, &from, to, file, p.line);
         }
     }
     graph
@@ -845,14 +849,7 @@ fn engine_graph(files: &[(&str, &str)]) -> Graph {
                 continue;
             };
             let to = name(to);
-            if to != from {
-                graph
-                    .entry(from.clone())
-                    .or_default()
-                    .entry(to)
-                    .or_default()
-                    .push((file.to_string(), p.line));
-            }
+            add_edge(&mut graph, &from, to, file, p.line);
         }
     }
     graph
@@ -886,26 +883,14 @@ pub(crate) fn engine_cycles(
 /// Every module file of the kernel crate: `rust-kmod/**/*.rs` (but `include!`d files) and
 /// the crate root's `#[path]` modules (as `<module>.rs`): (name, contents).
 fn kmod_files() -> Vec<(String, String)> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
-        let mut entries: Vec<_> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        entries.sort();
-        for p in entries {
-            if p.is_dir() {
-                walk(root, &p, out);
-            } else if p.extension().is_some_and(|e| e == "rs") {
-                let name = p.strip_prefix(root).unwrap().to_str().unwrap().to_string();
-                if !NOT_MODULES.contains(&name.as_str()) {
-                    out.push((name, fs::read_to_string(&p).unwrap()));
-                }
-            }
-        }
-    }
+    let mut out: Vec<(String, String)> = crate::tidy::kmod_sources()
+        .into_iter()
+        .filter_map(|(p, text)| {
+            let name = p.strip_prefix("rust-kmod").ok()?.to_str()?.to_string();
+            (!NOT_MODULES.contains(&name.as_str())).then_some((name, text))
+        })
+        .collect();
     let kmod = repo_root().join("rust-kmod");
-    let mut out = Vec::new();
-    walk(&kmod, &kmod, &mut out);
     let root = &out
         .iter()
         .find(|(f, _)| module_path(f).is_empty())

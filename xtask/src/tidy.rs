@@ -16,7 +16,7 @@ use crate::util::repo_root;
 
 /// Every `rust-kmod/**/*.rs` (but the generated bindings): (path in the repository,
 /// contents).
-fn kmod_sources() -> Vec<(PathBuf, String)> {
+pub(crate) fn kmod_sources() -> Vec<(PathBuf, String)> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, String)>) {
         let mut entries: Vec<_> = fs::read_dir(dir)
             .unwrap()
@@ -281,12 +281,10 @@ fn needs_spdx(path: &str, text: &str) -> bool {
     !generated && (by_name || script)
 }
 
-#[test]
-fn sources_have_spdx_lines() {
-    let root = repo_root();
-    let dirs = ["rust-kmod", "crates", "xtask", "selftests", "scripts"];
-    // Tracked and untracked files, without those git ignores (build output).
-    let listing = duct::cmd(
+/// The files under `dirs` that git tracks or would track (untracked files too, without
+/// those it ignores: build output), as `git ls-files -z` lists them.
+fn listed_files(dirs: &[&str]) -> String {
+    duct::cmd(
         "git",
         [
             "ls-files",
@@ -297,11 +295,18 @@ fn sources_have_spdx_lines() {
             "--",
         ]
         .iter()
-        .chain(&dirs),
+        .chain(dirs),
     )
-    .dir(&root)
+    .dir(repo_root())
     .read()
-    .expect("git ls-files");
+    .expect("git ls-files")
+}
+
+#[test]
+fn sources_have_spdx_lines() {
+    let root = repo_root();
+    let dirs = ["rust-kmod", "crates", "xtask", "selftests", "scripts"];
+    let listing = listed_files(&dirs);
     let mut missing: Vec<String> = listing
         .split('\0')
         .filter(|p| !p.is_empty())
@@ -355,23 +360,7 @@ fn no_dates_in_the_tree() {
         "xtask/src",
         "scripts",
     ];
-    // Tracked and untracked files, without those git ignores (build output).
-    let listing = duct::cmd(
-        "git",
-        [
-            "ls-files",
-            "-z",
-            "--cached",
-            "--others",
-            "--exclude-standard",
-            "--",
-        ]
-        .iter()
-        .chain(&dirs),
-    )
-    .dir(&root)
-    .read()
-    .expect("git ls-files");
+    let listing = listed_files(&dirs);
     let mut paths: Vec<&str> = listing
         .split('\0')
         .filter(|p| !p.is_empty())
