@@ -5,9 +5,9 @@
 //!
 //! Each `unsafe` is justified once, here; the rest of the module calls these wrappers.
 //! Only the wrappers that own a registration (the file system in `fs.rs`, kprobes in
-//! `kprobe.rs`, the ring buffer in `buffer.rs`, the trap notifier in `trap_notifier.rs`)
-//! use the bindings themselves. What differs between
-//! kernel series belongs here.
+//! `kprobe.rs`, the entry hooks' ftrace_ops in `entry_ops.rs`, the ring buffer in
+//! `buffer.rs`) use the bindings themselves; notifier chains are registered here
+//! ([`Notifier`]). What differs between kernel series belongs here.
 //!
 //! "Any context" means the wrapper may be called from a probe handler (interrupts or
 //! preemption off, or int3's NMI-like context); "process context; may sleep" means only
@@ -676,34 +676,92 @@ pub(crate) fn modules_gone() -> u64 {
     MODULES_GONE.load(Ordering::Acquire)
 }
 
-/// A module notifier counting unloads (see [`modules_gone`]); unregistered on drop.
-pub(crate) struct ModuleWatch {
-    nb: Pin<KBox<Opaque<bindings::notifier_block>>>,
+/// A kernel notifier chain fctrace joins.
+#[derive(Clone, Copy)]
+pub(crate) enum Chain {
+    /// `register_die_notifier()`: traps (`int3`, debug) the kernel did not claim.
+    Die,
+    /// `register_module_notifier()`: modules coming and going.
+    Module,
 }
 
-// SAFETY: the watch only hands the notifier block to the kernel, which serialises all
-// access to it (the notifier chain's own locking); Rust never touches it after `new`.
-unsafe impl Send for ModuleWatch {}
-// SAFETY: as above, `&ModuleWatch` gives no access to the block.
-unsafe impl Sync for ModuleWatch {}
+/// A notifier block, as a notifier callback receives it.
+pub(crate) type NotifierBlock = bindings::notifier_block;
+/// A notifier callback: the block, the event and its data; `NOTIFY_*`.
+pub(crate) type NotifierFn =
+    unsafe extern "C" fn(nb: *mut NotifierBlock, val: c_ulong, data: *mut c_void) -> c_int;
 
-impl ModuleWatch {
-    pub(crate) fn new() -> Result<Self> {
-        let nb = bindings::notifier_block {
-            notifier_call: Some(module_event),
+/// A callback registered on a notifier chain; unregistered on drop.
+pub(crate) struct Notifier {
+    nb: Pin<KBox<Opaque<NotifierBlock>>>,
+    chain: Chain,
+}
+
+// SAFETY: the notifier only hands the block to the kernel, which serialises all access to
+// it (the chain's own locking); Rust never touches it after `register`.
+unsafe impl Send for Notifier {}
+// SAFETY: as above, `&Notifier` gives no access to the block.
+unsafe impl Sync for Notifier {}
+
+impl Notifier {
+    /// Registers `call` on `chain` with `priority` (higher runs earlier).
+    ///
+    /// # Safety
+    ///
+    /// `call` may be called, from the chain's context, from the moment this starts until
+    /// the returned value is dropped.
+    pub(crate) unsafe fn register(chain: Chain, call: NotifierFn, priority: c_int) -> Result<Self> {
+        let nb = NotifierBlock {
+            notifier_call: Some(call),
+            priority,
             ..Default::default()
         };
         let nb = KBox::pin(Opaque::new(nb), GFP_KERNEL)?;
-        // SAFETY: `nb` is pinned in a box that lives until `drop` unregisters it.
-        kernel::error::to_result(unsafe { bindings::register_module_notifier(nb.get()) })?;
-        Ok(ModuleWatch { nb })
+        // SAFETY: `nb` is pinned in a box that lives until `drop` unregisters it; the
+        // caller guarantees `call` may run meanwhile.
+        let r = unsafe {
+            match chain {
+                Chain::Die => bindings::register_die_notifier(nb.get()),
+                Chain::Module => bindings::register_module_notifier(nb.get()),
+            }
+        };
+        kernel::error::to_result(r)?;
+        Ok(Notifier { nb, chain })
     }
 }
 
-impl Drop for ModuleWatch {
+impl Drop for Notifier {
     fn drop(&mut self) {
-        // SAFETY: registered in `new`; unregistering waits for running callbacks.
-        unsafe { bindings::unregister_module_notifier(self.nb.get()) };
+        // SAFETY: registered on this chain in `register`; unregistering waits for running
+        // callbacks.
+        unsafe {
+            match self.chain {
+                Chain::Die => bindings::unregister_die_notifier(self.nb.get()),
+                Chain::Module => bindings::unregister_module_notifier(self.nb.get()),
+            };
+        }
+    }
+}
+
+/// The arguments of a die notifier's event (`struct die_args`).
+pub(crate) type DieArgs = bindings::die_args;
+/// The die notifier's event of a single-step (debug) trap.
+pub(crate) const DIE_DEBUG: c_ulong = bindings::die_val_DIE_DEBUG as c_ulong;
+/// The die notifier's event of a breakpoint (`int3`) trap.
+pub(crate) const DIE_INT3: c_ulong = bindings::die_val_DIE_INT3 as c_ulong;
+
+/// A module notifier counting unloads (see [`modules_gone`]); unregistered on drop.
+pub(crate) struct ModuleWatch {
+    _notifier: Notifier,
+}
+
+impl ModuleWatch {
+    pub(crate) fn new() -> Result<Self> {
+        // SAFETY: `module_event` only counts, and lives as long as the module.
+        let notifier = unsafe { Notifier::register(Chain::Module, module_event, 0) }?;
+        Ok(ModuleWatch {
+            _notifier: notifier,
+        })
     }
 }
 
@@ -713,7 +771,7 @@ impl Drop for ModuleWatch {
 ///
 /// Called only by the kernel's module notifier chain (it reads none of its pointers).
 unsafe extern "C" fn module_event(
-    _nb: *mut bindings::notifier_block,
+    _nb: *mut NotifierBlock,
     action: c_ulong,
     _data: *mut c_void,
 ) -> c_int {

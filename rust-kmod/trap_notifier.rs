@@ -12,13 +12,10 @@
 //! flag fctrace sets to step a traced task from a pre-site to its call site
 //! (`engine/step.rs`).
 
-use crate::bindings;
 use crate::sys;
-use core::pin::Pin;
 use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::ffi::{c_int, c_ulong, c_void};
 use kernel::prelude::*;
-use kernel::types::Opaque;
 
 const INT3: u8 = 0xcc;
 const NOTIFY_DONE: c_int = 0;
@@ -62,34 +59,18 @@ fn may_be_ours<C: TrapClient>() -> bool {
 /// A registered die notifier that recovers late int3s and hands single steps to `C`;
 /// unregistered on drop.
 pub(crate) struct Guard {
-    nb: Pin<KBox<Opaque<bindings::notifier_block>>>,
+    _notifier: sys::Notifier,
 }
-
-// SAFETY: the guard only hands the notifier block to the kernel, which serialises all
-// access to it (the notifier chain's own locking); Rust never touches it after `new`.
-unsafe impl Send for Guard {}
-// SAFETY: as above, `&Guard` gives no access to the block.
-unsafe impl Sync for Guard {}
 
 impl Guard {
     pub(crate) fn new<C: TrapClient>() -> Result<Self> {
-        let nb = bindings::notifier_block {
-            notifier_call: Some(die_handler::<C>),
-            // Run after kprobes' and kgdb's own handlers had their chance.
-            priority: -1,
-            ..Default::default()
-        };
-        let nb = KBox::pin(Opaque::new(nb), GFP_KERNEL)?;
-        // SAFETY: `nb` is pinned in a box that lives until `drop` unregisters it.
-        kernel::error::to_result(unsafe { bindings::register_die_notifier(nb.get()) })?;
-        Ok(Guard { nb })
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        // SAFETY: registered in `new`; unregistering waits for running callbacks.
-        unsafe { bindings::unregister_die_notifier(self.nb.get()) };
+        // Run after kprobes' and kgdb's own handlers had their chance (priority -1).
+        // SAFETY: `die_handler` may run in any trap from now on: it reads `die_args` as the
+        // chain passes it, and the module outlives the guard.
+        let notifier = unsafe { sys::Notifier::register(sys::Chain::Die, die_handler::<C>, -1) }?;
+        Ok(Guard {
+            _notifier: notifier,
+        })
     }
 }
 
@@ -121,19 +102,19 @@ fn recover<C: TrapClient>(regs: &mut sys::PtRegs) -> bool {
 ///
 /// Called only by the kernel's die notifier chain, with `data` a `struct die_args`.
 unsafe extern "C" fn die_handler<C: TrapClient>(
-    _nb: *mut bindings::notifier_block,
+    _nb: *mut sys::NotifierBlock,
     val: c_ulong,
     data: *mut c_void,
 ) -> c_int {
     if data.is_null() {
         return NOTIFY_DONE;
     }
-    if val == bindings::die_val_DIE_DEBUG as c_ulong {
+    if val == sys::DIE_DEBUG {
         // SAFETY: for DIE_DEBUG `data` is the trap's `struct die_args`: `regs` are the
         // interrupted registers, ours to change for the return from the trap, and `err`
         // points to the trap's copy of DR6.
         let (regs, dr6) = unsafe {
-            let args = &*data.cast::<bindings::die_args>();
+            let args = &*data.cast::<sys::DieArgs>();
             (args.regs.as_mut(), args.err as *mut c_ulong)
         };
         let ours = match regs {
@@ -142,12 +123,12 @@ unsafe extern "C" fn die_handler<C: TrapClient>(
         };
         return if ours { NOTIFY_STOP } else { NOTIFY_DONE };
     }
-    if val != bindings::die_val_DIE_INT3 as c_ulong {
+    if val != sys::DIE_INT3 {
         return NOTIFY_DONE;
     }
     // SAFETY: for DIE_INT3 `data` is the trap's `struct die_args`, whose `regs` are the
     // interrupted registers, ours to change for the return from the trap.
-    let regs = unsafe { (*data.cast::<bindings::die_args>()).regs.as_mut() };
+    let regs = unsafe { (*data.cast::<sys::DieArgs>()).regs.as_mut() };
     match regs.map(recover::<C>) {
         Some(true) => NOTIFY_STOP,
         _ => NOTIFY_DONE,

@@ -74,7 +74,7 @@ fn read_btf(name: &CStr) -> Result<KVVec<u8>> {
         return Err(EFBIG);
     }
     let mut data = KVVec::from_elem(0u8, size as usize, GFP_KERNEL)?;
-    let got = sys::btf_read(name, &mut data)?;
+    let got = sys::btf_read(name, &mut data).map_err(|_| EIO)?;
     if got as i64 != size {
         return Err(EIO);
     }
