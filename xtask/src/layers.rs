@@ -17,8 +17,9 @@
 //! the kernel module). A path to an item of the crate root (`crate::Item`) imports the
 //! crate root.
 //!
-//! The files under `rust-kmod/engine/` are all the `engine` module here; their own graph is
-//! only printed (`cargo test -p xtask -- --ignored engine_internal_cycles`).
+//! The files under `rust-kmod/engine/` are all the `engine` module here. Their own import
+//! cycles are a ratchet: `engine_cycles_do_not_grow` fails when more files than
+//! [`ENGINE_FILES_IN_CYCLES`] are in one (`FCTRACE_TIDY_VERBOSE=1` prints them).
 //!
 //! The checker is pure functions over `(file name, contents)` pairs, file names relative to
 //! `rust-kmod/` (`kprobe.rs`, `engine/step.rs`); the modules the crate root pulls in with
@@ -57,19 +58,6 @@ pub(crate) const LAYERS: &[(&str, u8)] = &[
     ("sys", 1),
     ("text", 1),
     (CRATES, 1),
-    ("args", 1),
-    ("batch", 1),
-    ("btf", 1),
-    ("decode", 1),
-    ("emulate", 1),
-    ("fentry", 1),
-    ("format", 1),
-    ("parse", 1),
-    ("presite", 1),
-    ("record", 1),
-    ("retstack", 1),
-    ("shadow", 1),
-    ("thunks", 1),
     // 0: the generated bindings (inline `mod bindings` of the crate root).
     ("bindings", 0),
 ];
@@ -94,6 +82,11 @@ fn node(m: &str) -> String {
     }
 }
 
+/// How many of rust-kmod/engine/'s files (engine/mod.rs left out) are in import cycles
+/// today: [`engine_cycles_do_not_grow`] fails when more are. Lower it as the cycles are
+/// broken up.
+pub(crate) const ENGINE_FILES_IN_CYCLES: usize = 11;
+
 /// Imports forbidden even where [`LAYERS`] would allow them (importer, imported).
 pub(crate) const FORBIDDEN: &[(&str, &str)] = &[("control", "reader"), ("reader", "control")];
 
@@ -108,6 +101,8 @@ const ENGINE: &str = "engine";
 const NOT_MODULES: &[&str] = &["bindings_generated.rs"];
 
 fn layer(module: &str) -> Option<u8> {
+    let module = node(module);
+    let module = module.as_str();
     LAYERS.iter().find(|(m, _)| *m == module).map(|&(_, l)| l)
 }
 
@@ -940,28 +935,21 @@ fn layers_point_one_way() {
 }
 
 #[test]
-#[ignore = "information: the engine/ files' import cycles, being broken up (run with --ignored)"]
-fn engine_internal_cycles() {
-    use std::io::Write as _;
+fn engine_cycles_do_not_grow() {
+    // The engine's files still import each other (being broken up): a ratchet. The files
+    // in import cycles, engine/mod.rs left out (it re-exports most of them), may only
+    // become fewer; lower the bound when they do. Set FCTRACE_TIDY_VERBOSE to print them.
+    const MAX_IN_CYCLES: usize = ENGINE_FILES_IN_CYCLES;
     let files = kmod_files();
-    let mut text = String::new();
-    for (without_mod, what) in [(false, ""), (true, ", engine/mod.rs left out")] {
-        let (sccs, cycles) = engine_cycles(&as_refs(&files), without_mod);
-        if sccs.is_empty() {
-            let _ = writeln!(
-                text,
-                "no import cycles among rust-kmod/engine/'s files{what}"
-            );
-        } else {
-            let _ = writeln!(
-                text,
-                "import cycles among rust-kmod/engine/'s files{what}:\n{cycles}"
-            );
-        }
+    let (sccs, cycles) = engine_cycles(&as_refs(&files), true);
+    let n: usize = sccs.iter().map(Vec::len).sum();
+    if std::env::var_os("FCTRACE_TIDY_VERBOSE").is_some() {
+        eprintln!("import cycles among rust-kmod/engine/'s files:\n{cycles}");
     }
-    // To stderr itself, not through the test harness's capture of `eprintln!`: shown
-    // without --nocapture.
-    std::io::stderr().write_all(text.as_bytes()).unwrap();
+    assert!(
+        n <= MAX_IN_CYCLES,
+        "{n} files of rust-kmod/engine/ are in import cycles, more than {MAX_IN_CYCLES}:\n{cycles}"
+    );
 }
 
 #[test]

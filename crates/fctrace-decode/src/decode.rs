@@ -783,7 +783,7 @@ pub fn loaded_address(bytes: &[u8], ip: u64) -> Option<u64> {
 
 /// Whether a breakpoint trap nobody claimed is a *late* int3 to run again: one executed
 /// at an address whose `0xcc` another CPU has just replaced by the instruction's first
-/// byte again (`rust-kmod/late_int3.rs`). `before` are the two bytes before the trap's
+/// byte again (`rust-kmod/trap_notifier.rs`). `before` are the two bytes before the trap's
 /// return address. Not when the `0xcc` is still there (someone else's breakpoint), nor
 /// when the two bytes are `cd 03`: that is `int $3`, a two-byte instruction whose trap
 /// returns past both, and rewinding one byte would land inside it. (A restored `03`

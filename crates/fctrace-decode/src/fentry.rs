@@ -10,7 +10,7 @@
 //! only when its target is `__fentry__` or an ftrace caller ([`is_ftrace_caller`]), which
 //! the module asks of the running kernel's symbols. A nop candidate can still be a static
 //! branch: the module finds such functions when ftrace refuses them (see
-//! `rust-kmod/engine/arming.rs`, `hook_callees`).
+//! `rust-kmod/engine/arming/mod.rs`, `hook_callees`).
 //!
 //! Shared by the kernel module (which hooks these sites) and the host tests, which check
 //! it against every built kernel's `__mcount_loc` list.

@@ -15,7 +15,7 @@
 //! to the call site), it holds at least 5 bytes and 2 instructions (see [`MIN_INSNS`]),
 //! and it is as short as that allows. Reaching its first instruction then means reaching
 //! the call site a few instructions later. Shared by the kernel module
-//! (`rust-kmod/engine/arming.rs`) and the host tests, which check it on every call site
+//! (`rust-kmod/engine/arming/build.rs`) and the host tests, which check it on every call site
 //! of the built kernels against iced-x86.
 
 use crate::decode::Flow;

@@ -14,7 +14,7 @@
 //!
 //! [`Thunks::classify`] says what a call or jump to a fixed address is, from the thunk
 //! addresses the running kernel has (found from its symbols and from the module's own
-//! patched return, see `rust-kmod/engine/arming.rs`) and from the live code at the
+//! patched return, see `rust-kmod/engine/arming/thunks.rs`) and from the live code at the
 //! target ([`Text`]): never from names alone. Shared by the kernel module (which arms
 //! what this says is a function, and never a thunk) and the host tests, which run it on
 //! every `.return_sites` and `.call_sites` entry of a built kernel.

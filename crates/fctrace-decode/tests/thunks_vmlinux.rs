@@ -3,7 +3,7 @@
 //! real bytes of its vmlinux, the way the engine will see them after the patching.
 //!
 //! The [`Thunks`] are built from the ELF symbols exactly as `find_thunks()` in
-//! `rust-kmod/engine/arming.rs` does (return thunks by name, thunk arrays from the
+//! `rust-kmod/engine/arming/thunks.rs` does (return thunks by name, thunk arrays from the
 //! symbols of their first two slots), and the [`Text`] reads the file's sections, with an
 //! overlay of bytes patched the way `arch/x86/kernel/alternative.c` and `callthunks.c`
 //! (Linux 6.12) patch them:
