@@ -4,8 +4,7 @@
 //! (a snapshot, rendered as it is read).
 
 use crate::buffer::{Buffer, Event, Snapshot};
-use crate::engine::Tracer;
-use crate::engine::{Pending, TypedRecord};
+use crate::engine::{Pending, Tracer, TypedRecord};
 use crate::format::{self, Options, Typed};
 use crate::ksym::SymBuf;
 use crate::parse::OptionName;
@@ -17,17 +16,12 @@ use kernel::prelude::*;
 /// the count asked for.
 pub(crate) const READ_CHUNK: usize = 64 << 10;
 
-/// The kernel's hash of a kernel address, for readers who may not see addresses.
-fn ptr_hash(v: u64) -> u32 {
-    sys::ptr_hash(v)
-}
-
 /// `hide`: the reader may not see kernel addresses (see `control::hide_addrs`).
 fn options(tr: &Tracer, hide: bool) -> Options {
     Options {
         retval: tr.settings.option(OptionName::Retval),
         duration: tr.settings.option(OptionName::Duration),
-        ptr_hash: if hide { Some(ptr_hash) } else { None },
+        ptr_hash: if hide { Some(sys::ptr_hash) } else { None },
     }
 }
 

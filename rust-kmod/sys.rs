@@ -13,13 +13,18 @@
 //! preemption off, or int3's NMI-like context); "process context; may sleep" means only
 //! from a task that may sleep, holding no spinlock.
 
+use core::marker::PhantomData;
 use core::pin::Pin;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::ffi::{c_int, c_ulong, c_void};
 use kernel::prelude::*;
 use kernel::types::Opaque;
 
 use crate::bindings;
+
+/// Makes a guard `!Send`: what it undoes on drop must be undone on the CPU or task that
+/// did it.
+type NotSend = PhantomData<*mut ()>;
 
 /// The registers of a probed context (`struct pt_regs`).
 pub(crate) type PtRegs = bindings::pt_regs;
@@ -117,13 +122,14 @@ pub(crate) fn gs_base() -> u64 {
 }
 
 /// Saves the interrupt state and disables interrupts on this CPU until the guard drops.
-pub(crate) struct IrqsOff(c_ulong);
+#[must_use]
+pub(crate) struct IrqsOff(c_ulong, NotSend);
 
 impl IrqsOff {
     pub(crate) fn new() -> Self {
         // SAFETY: `local_irq_save()`; restored by `drop` on this CPU (interrupts stay off,
         // so the task cannot migrate meanwhile).
-        IrqsOff(unsafe { bindings::fctrace_irq_save() })
+        IrqsOff(unsafe { bindings::fctrace_irq_save() }, PhantomData)
     }
 }
 
@@ -136,13 +142,14 @@ impl Drop for IrqsOff {
 
 /// ftrace's recursion protection around the return handler, as ftrace callbacks have;
 /// `None` when this context is inside a callback already.
-pub(crate) struct RecursionGuard(c_int);
+#[must_use]
+pub(crate) struct RecursionGuard(c_int, NotSend);
 
 impl RecursionGuard {
     pub(crate) fn try_new() -> Option<Self> {
         // SAFETY: `ftrace_test_recursion_trylock()`; unlocked by `drop`.
         let bit = unsafe { bindings::fctrace_recursion_lock() };
-        (bit >= 0).then_some(RecursionGuard(bit))
+        (bit >= 0).then_some(RecursionGuard(bit, PhantomData))
     }
 }
 
@@ -199,9 +206,10 @@ pub(crate) fn stack_word(addr: u64) -> Option<(u64, u64)> {
 ///
 /// `addr` is an aligned word of a live kernel stack that stays mapped for the call.
 pub(crate) unsafe fn cmpxchg_word(addr: u64, old: u64, new: u64) -> bool {
-    // SAFETY: the caller guarantees an aligned, mapped word; others change it only with
-    // atomic operations or from the stack's own task, which this does not race with more
-    // than a cmpxchg does.
+    // SAFETY: the caller guarantees an aligned word that stays mapped. This is the C
+    // helper's `try_cmpxchg()` it replaces: one locked cmpxchg. The stack's own task reads
+    // and writes the word with plain instructions (`call`, `ret`), which the kernel's
+    // memory model, not Rust's, orders against it, as it did for the C helper.
     let w = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
     w.compare_exchange(old, new, Ordering::SeqCst, Ordering::SeqCst)
         .is_ok()
@@ -377,12 +385,13 @@ pub(crate) fn real_seconds() -> i64 {
 
 /// A `memalloc_nofs_save()` scope: allocations made while it lives do not recurse into
 /// file systems. Dropped in the task that made it.
-pub(crate) struct NoFs(u32);
+#[must_use]
+pub(crate) struct NoFs(u32, NotSend);
 
 impl NoFs {
     pub(crate) fn new() -> Self {
         // SAFETY: `memalloc_nofs_save()`; restored by `drop`.
-        NoFs(unsafe { bindings::fctrace_nofs_save() })
+        NoFs(unsafe { bindings::fctrace_nofs_save() }, PhantomData)
     }
 }
 
@@ -612,8 +621,11 @@ pub(crate) unsafe fn flush_cpus(
 // the CPU hotplug callback. Process context.
 
 /// Registers the exit and exec tracepoint probes and the CPU-down callback; they are
-/// unregistered when the returned value drops.
+/// unregistered when the returned value drops. At most one lives at a time (`c/hooks.c`
+/// keeps their state in statics).
 pub(crate) struct Hooks(());
+
+static HOOKS_LIVE: AtomicBool = AtomicBool::new(false);
 
 impl Hooks {
     /// # Safety
@@ -621,13 +633,21 @@ impl Hooks {
     /// `fctrace_task_exit()`, `fctrace_task_exec()` and `fctrace_flush_this_cpu()` may be
     /// called from the moment this starts until the value is dropped.
     pub(crate) unsafe fn register() -> Result<Self> {
+        if HOOKS_LIVE.swap(true, Ordering::AcqRel) {
+            return Err(EBUSY);
+        }
         // SAFETY: registers this module's tracepoint probes; unregistered in `drop`, or
         // below on failure.
-        kernel::error::to_result(unsafe { bindings::fctrace_exit_hook_register() })?;
+        if let Err(e) = kernel::error::to_result(unsafe { bindings::fctrace_exit_hook_register() })
+        {
+            HOOKS_LIVE.store(false, Ordering::Release);
+            return Err(e);
+        }
         // SAFETY: registers this module's CPU-down callback; unregistered in `drop`.
         if let Err(e) = kernel::error::to_result(unsafe { bindings::fctrace_cpu_down_register() }) {
             // SAFETY: registered just above.
             unsafe { bindings::fctrace_exit_hook_unregister() };
+            HOOKS_LIVE.store(false, Ordering::Release);
             return Err(e);
         }
         Ok(Hooks(()))
@@ -640,6 +660,7 @@ impl Drop for Hooks {
         unsafe { bindings::fctrace_exit_hook_unregister() };
         // SAFETY: registered in `register`; waits for a callback in progress.
         unsafe { bindings::fctrace_cpu_down_unregister() };
+        HOOKS_LIVE.store(false, Ordering::Release);
     }
 }
 

@@ -2,7 +2,7 @@
 /*
  * fctrace: One-line wrappers of what Rust cannot reach by itself (inline functions, macros,
  * per-CPU and `current` accessors), sorted by name. Declared in helpers.h; wrapped once
- * in Rust by sys.rs.
+ * in Rust, by sys.rs or by the wrapper that owns the registration (buffer.rs).
  */
 #include <linux/ftrace.h>
 #include <linux/fs.h>
@@ -206,7 +206,10 @@ void fctrace_sleep_idle(unsigned int ms)
 
 void fctrace_synchronize_handlers(void)
 {
-	/* Probe handlers run with interrupts off: an RCU read side. */
+	/*
+	 * Probe handlers run with interrupts (int3) or preemption (ftrace callbacks, optimized
+	 * probes' detours) off: an RCU read side either way.
+	 */
 	synchronize_rcu();
 }
 

@@ -147,7 +147,7 @@ impl Tracer {
                     break;
                 }
                 let saved = if ret == self.ret_hooks.rethook() {
-                    rethook_saved_ret(entry_sp, ret)
+                    sys::rethook_saved_ret(entry_sp, ret)
                 } else {
                     graph_saved_ret(entry_sp, self.ret_hooks.graph_handler())
                 };
@@ -357,12 +357,6 @@ impl Tracer {
         }
         0
     }
-}
-
-/// The return address a rethook (a kretprobe, an fprobe's exit) saved for the current
-/// task's frame whose return address sits at `retp`, where it put its trampoline `tramp`.
-fn rethook_saved_ret(retp: u64, tramp: u64) -> Option<u64> {
-    sys::rethook_saved_ret(retp, tramp)
 }
 
 /// The return address function_graph saved for the current task's frame whose return

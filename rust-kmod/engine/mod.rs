@@ -60,7 +60,7 @@ use crate::error_log::ErrorLog;
 use crate::kprobe::Probe;
 use crate::parse::{FilterPattern, OptionName, OPTIONS};
 use crate::record::Reason;
-use crate::sys;
+use crate::sys::{self, read_kernel, this_cpu};
 use crate::thunks::Thunks;
 use core::pin::Pin;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -136,9 +136,7 @@ pub(crate) extern "C" fn fctrace_flush_this_cpu() {
 
 /// The scheduler clock in ns (`trace_clock_local()`, ftrace's default clock): the trace's
 /// timestamps, durations and idle times. Any context, NMI included.
-pub(crate) fn clock_ns() -> u64 {
-    sys::clock_ns()
-}
+pub(crate) use crate::sys::clock_ns;
 
 /// Runs `f` and adds the time it took to `ns`.
 fn timed<R>(ns: &AtomicU64, f: impl FnOnce() -> R) -> R {
@@ -146,11 +144,6 @@ fn timed<R>(ns: &AtomicU64, f: impl FnOnce() -> R) -> R {
     let r = f();
     ns.fetch_add(clock_ns().saturating_sub(t0), Ordering::Relaxed);
     r
-}
-
-/// The CPU we run on.
-fn this_cpu() -> u32 {
-    sys::this_cpu()
 }
 
 /// A word of the current context's own stack (see `fctrace_stack_word()`), read directly;
@@ -199,11 +192,6 @@ fn load_kernel(addr: u64, size: u8) -> Option<u64> {
     let mut b = [0u8; 8];
     let n = usize::from(size).min(8);
     read_kernel(addr, &mut b[..n]).then(|| u64::from_le_bytes(b))
-}
-
-/// Copies kernel memory at `addr` into `buf` without faulting; false if unreadable.
-fn read_kernel(addr: u64, buf: &mut [u8]) -> bool {
-    sys::read_kernel(addr, buf)
 }
 
 /// The fields of [`Tracer`] protected by its mutex: what decides what is armed, and the
@@ -561,10 +549,12 @@ impl Tracer {
 
 /// Owns the [`Tracer`] and publishes it to the C callbacks.
 pub(crate) struct TracerHandle {
-    tracer: Pin<KBox<Tracer>>,
-    /// The exit and exec tracepoints and the CPU-down callback; dropped (unregistered)
-    /// after tracing stopped and every hooked return came back.
+    /// The exit and exec tracepoints and the CPU-down callback, whose callbacks find the
+    /// tracer through `TRACER`; dropped (unregistered) in `drop` after tracing stopped and
+    /// every hooked return came back. Declared first, so that it would go before the
+    /// tracer in any case.
     hooks: Option<sys::Hooks>,
+    tracer: Pin<KBox<Tracer>>,
 }
 
 impl TracerHandle {
@@ -630,8 +620,8 @@ impl TracerHandle {
             }
         };
         Ok(TracerHandle {
-            tracer,
             hooks: Some(hooks),
+            tracer,
         })
     }
 }

@@ -238,15 +238,7 @@ impl Returns {
     }
 }
 
-/// The address of `fctrace_return_site`.
-pub(crate) fn return_site() -> u64 {
-    sys::return_site_addr()
-}
-
-/// The key of the stack the word at `addr` is on (0: not one fctrace hooks returns on).
-pub(crate) fn stack_key(addr: u64) -> u64 {
-    sys::stack_key(addr)
-}
+pub(crate) use crate::sys::{return_site_addr as return_site, stack_key};
 
 impl Tracer {
     /// Whether returns may be hooked now, by the current context: tracing is on and the

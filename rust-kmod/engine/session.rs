@@ -441,13 +441,4 @@ pub(crate) extern "C" fn fctrace_reap_work() {
     }
 }
 
-/// The scheduling class (`struct sched_class *`) of thread group `tgid`'s leader, 0 if
-/// there is none.
-fn sched_class_of(tgid: u32) -> u64 {
-    sys::tgid_sched_class(tgid)
-}
-
-/// The idle scheduling class (`init_task`'s, the boot CPU's idle task).
-fn idle_sched_class() -> u64 {
-    sys::idle_sched_class()
-}
+use crate::sys::{idle_sched_class, tgid_sched_class as sched_class_of};

@@ -384,16 +384,7 @@ impl Tracer {
     }
 }
 
-/// The current thread's id and process id.
-pub(crate) fn current_ids() -> (u32, u32) {
-    sys::current_ids()
-}
-
-/// Whether the current task's state is `TASK_RUNNING` (not a wait loop's, set before its
-/// condition is checked: such a task must not block, see `fctrace_task_context()`).
-pub(crate) fn task_running() -> bool {
-    sys::task_running()
-}
+pub(crate) use crate::sys::{current_ids, task_running};
 
 impl Tracer {
     /// Where `cur`'s records go.
