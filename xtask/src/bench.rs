@@ -291,6 +291,107 @@ pub fn cold_table(cold: &[Cold], arm: &[ArmSample]) -> String {
     t
 }
 
+/// One of the overhead goals fctrace is measured against, with this run's figure.
+pub struct Goal {
+    pub goal: &'static str,
+    pub figure: String,
+    /// `None`: this run did not measure it.
+    pub met: Option<bool>,
+}
+
+/// The goals of the design (Documentation/fctrace/testing.rst, "Benchmarks") against this
+/// run: other tasks' cost beside fctrace, the traced task's cost per call shown against
+/// function_graph's, arming's cost per function late against early, the first run's share
+/// of function_graph's calls, and no atomic leaf in a warm run.
+pub fn goals(rows: &[Row], cold: &[Cold], arm: &[ArmSample]) -> Vec<Goal> {
+    let row = |m: &str| rows.iter().find(|r| r.mode == m);
+    let (fct, ftr) = (row("fctrace"), row("ftrace"));
+    let mut g = Vec::new();
+    let mut ratio_goal = |goal, of: fn(&Row) -> Ratio, max: Option<f64>| {
+        let (figure, met) = match (fct, ftr) {
+            (Some(f), Some(t)) => {
+                let (v, b) = (of(f).mean, of(t).mean);
+                let limit = max.unwrap_or(b);
+                (format!("{v:.2} (function_graph {b:.2})"), Some(v <= limit))
+            }
+            (Some(f), None) => {
+                let v = of(f).mean;
+                (format!("{v:.2}"), max.map(|m| v <= m))
+            }
+            _ => ("-".into(), None),
+        };
+        g.push(Goal { goal, figure, met });
+    };
+    ratio_goal("other tasks, stat(): <= 1.05", |r| r.stat, Some(1.05));
+    ratio_goal("other tasks, ping-pong: <= 1.3", |r| r.pingpong, Some(1.3));
+    ratio_goal(
+        "other tasks, same code: <= function_graph's",
+        |r| r.other,
+        None,
+    );
+    let per_call = match (
+        fct.and_then(Row::added_per_call),
+        ftr.and_then(Row::added_per_call),
+    ) {
+        (Some(f), Some(t)) if t > 0.0 => Goal {
+            goal: "traced task, per call shown: <= 1.5 x function_graph's",
+            figure: format!("{:.2} x ({f:.3} vs {t:.3})", f / t),
+            met: Some(f <= 1.5 * t),
+        },
+        _ => Goal {
+            goal: "traced task, per call shown: <= 1.5 x function_graph's",
+            figure: "-".into(),
+            met: None,
+        },
+    };
+    g.push(per_call);
+    let arming = arm.last().and_then(|last| {
+        let top = last.funcs;
+        let early = arm_costs(arm, 0, 100)?;
+        let late = arm_costs(arm, top.saturating_sub(top / 5).max(101), top)?;
+        (early.ms > 0.0).then(|| (late.ms / early.ms, late.to))
+    });
+    g.push(match arming {
+        Some((x, n)) => Goal {
+            goal: "arming, per function late: <= 2 x early",
+            figure: format!("{x:.2} x (up to {n} functions)"),
+            met: Some(x <= 2.0),
+        },
+        None => Goal {
+            goal: "arming, per function late: <= 2 x early",
+            figure: "-".into(),
+            met: None,
+        },
+    });
+    let full = cold.iter().filter(|c| c.agreement >= 97.0).count();
+    g.push(Goal {
+        goal: "first run: >= 97% of function_graph's calls",
+        figure: format!("{full} of {} workloads", cold.len()),
+        met: (!cold.is_empty()).then_some(full == cold.len()),
+    });
+    let warm: Vec<&Cold> = cold.iter().filter(|c| c.warm_atomic.is_some()).collect();
+    let clean = warm.iter().filter(|c| c.warm_atomic == Some(0)).count();
+    g.push(Goal {
+        goal: "later runs: no atomic leaf",
+        figure: format!("{clean} of {} warm runs", warm.len()),
+        met: (!warm.is_empty()).then_some(clean == warm.len()),
+    });
+    g
+}
+
+pub fn goal_table(goals: &[Goal]) -> String {
+    let mut t = String::from("goals:\n");
+    for g in goals {
+        let verdict = match g.met {
+            Some(true) => "met",
+            Some(false) => "NOT MET",
+            None => "not measured",
+        };
+        let _ = writeln!(t, "  {:<56} {:<34} {verdict}", g.goal, g.figure);
+    }
+    t
+}
+
 /// Ratio statistics of `values` against the mean of `base`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Ratio {
@@ -534,6 +635,7 @@ pub fn cmd(args: BenchArgs) -> Result<i32> {
     print!("{t}");
     let (cold, arm) = (parse_cold(&run.console), parse_arm(&run.console));
     print!("{}", cold_table(&cold, &arm));
+    print!("{}", goal_table(&goals(&rows, &cold, &arm)));
     let out = repo_root().join("target/fctrace/bench.json");
     std::fs::create_dir_all(out.parent().ok_or("no parent")?)?;
     std::fs::write(&out, json(&rows, &cold, &arm))?;
@@ -625,6 +727,33 @@ BENCHARM t=6 funcs=1200 reg_us=1600000 regs=99 hooks=600 probes=220 upd_us=40000
         assert_eq!(rows[0].added_per_call(), None);
         let t = table(&rows);
         assert!(t.contains("fctrace") && t.contains("30.0"));
+        // Goals: stat 1.005 <= 1.05, ping-pong 1.005 <= 1.3, same code 1.02 <= 1.5 (met);
+        // per call 0.0833 against function_graph's 3.0 / 13 = 0.2308 (met); no cold run,
+        // no arming samples: not measured.
+        let g = goals(&rows, &[], &[]);
+        let met: Vec<Option<bool>> = g.iter().map(|g| g.met).collect();
+        assert_eq!(
+            met,
+            [
+                Some(true),
+                Some(true),
+                Some(true),
+                Some(true),
+                None,
+                None,
+                None
+            ]
+        );
+        let slow = [Row {
+            stat: Ratio {
+                mean: 1.2,
+                min: 1.2,
+                max: 1.2,
+            },
+            ..summarize(&s, &c).unwrap().remove(1)
+        }];
+        assert_eq!(goals(&slow, &[], &[])[0].met, Some(false));
+        assert!(goal_table(&g).contains("not measured"));
     }
 
     #[test]
