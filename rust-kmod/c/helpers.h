@@ -10,6 +10,7 @@
 
 struct pt_regs;
 struct trace_buffer;
+struct kprobe;
 struct module;
 
 struct trace_buffer *fctrace_rb_alloc(unsigned long size);

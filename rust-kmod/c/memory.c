@@ -2,50 +2,11 @@
 /*
  * fctrace: Reading memory without faulting: strings for the args option, and BTF files.
  */
-#include <linux/ftrace.h>
 #include <linux/fs.h>
+#include <linux/mm.h>
+#include <linux/module.h>
 #include <linux/string.h>
 #include <linux/uaccess.h>
-#include <linux/hardirq.h>
-#include <linux/kallsyms.h>
-#include <linux/kobject.h>
-#include <linux/irq_work.h>
-#include <linux/kprobes.h>
-#include <asm/text-patching.h>
-#include <linux/mm_types.h>
-#include <linux/poll.h>
-#include <linux/wait.h>
-#include <linux/module.h>
-#include <linux/pid.h>
-#include <linux/preempt.h>
-#include <linux/ptrace.h>
-#include <linux/rcupdate.h>
-#include <linux/binfmts.h>
-#include <linux/capability.h>
-#include <linux/security.h>
-#include <linux/siphash.h>
-#include <linux/once.h>
-#include <linux/random.h>
-#include <linux/pid_namespace.h>
-#include <linux/ring_buffer.h>
-#include <linux/rethook.h>
-#include <linux/sched.h>
-#include <linux/sched/clock.h>
-#include <linux/sched/mm.h>
-#include <linux/sched/rt.h>
-#include <linux/sched/signal.h>
-#include <linux/sched/task.h>
-#include <linux/sched/task_stack.h>
-#include <linux/smp.h>
-#include <linux/cpuhotplug.h>
-#include <linux/sysfs.h>
-#include <linux/tracepoint.h>
-#include <linux/trace_clock.h>
-#include <linux/trace_recursion.h>
-#include <linux/delay.h>
-#include <asm/irq_stack.h>
-#include <linux/uaccess.h>
-#include <linux/workqueue.h>
 #include "helpers.h"
 
 static long fctrace_copy_nofault(void *dst, unsigned long src, unsigned long len, bool user)
