@@ -2,7 +2,7 @@
 /*
  * fctrace: One-line wrappers of what Rust cannot reach by itself (inline functions, macros,
  * per-CPU and `current` accessors), sorted by name. Declared in helpers.h; wrapped once
- * in Rust, by sys.rs or by the wrapper that owns the registration (buffer.rs).
+ * in Rust, by sys/ or by the wrapper that owns the registration (buffer.rs).
  */
 #include <linux/kallsyms.h>
 #include <linux/kobject.h>
