@@ -31,7 +31,7 @@
 
 use super::handlers::Callee;
 use super::returns::{return_site, stack_key};
-use super::step::Expect;
+use super::site::Expect;
 use super::table::HOOK_TAIL;
 use super::tree::{Recorder, TaskData};
 use super::{read_text, stack_word, tracer, Tracer, MAX_FRAMES};

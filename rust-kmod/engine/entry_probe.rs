@@ -32,6 +32,7 @@
 
 use super::arming::{call_range, never_probed, MAX_FUNC_SIZE};
 use super::entry::{Entered, Via};
+use super::site::EntryKind;
 use super::step::from_detour;
 use super::tree::current_ids;
 use super::{read_kernel, tracer, Tracer, TracerInner};
@@ -53,15 +54,6 @@ pub(crate) const MAX_STATIC_HOOKS: usize = 4096;
 
 /// The bytes of a callee's entry kept (`endbr64` and the most a probe's jump covers).
 const SAVED_BYTES: usize = 24;
-
-/// Why a callee has an entry probe.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum EntryKind {
-    /// kprobes refused a direct call site of it (a static call).
-    StaticCall,
-    /// It has no ftrace site.
-    Notrace,
-}
 
 /// An entry probe on a callee (see the module documentation).
 pub(crate) struct StaticHook {

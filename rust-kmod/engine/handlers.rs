@@ -6,7 +6,7 @@
 //! (The preemption hooks' handler is in `preempt.rs`; returns come through
 //! `fctrace_return`, see `returns.rs`.)
 
-use super::arming::{SiteData, SiteKind, Target};
+use super::site::{SiteData, SiteKind, Target};
 use super::table::FuncState;
 use super::tree::{task_running, Ctx, Cur, Recorder, TaskData};
 use super::{read_word, tracer, Tracer, MAX_FRAMES};

@@ -43,6 +43,7 @@ mod preempt;
 mod returns;
 mod session;
 mod settings;
+mod site;
 mod stats;
 mod step;
 mod table;

@@ -4,8 +4,8 @@
 //! arming needs), the debug instrumentation it neither probes nor shows, and the
 //! interrupt entry functions the `irqs` option hooks.
 
-use super::tree::Ctx;
 use crate::parse;
+use crate::sys::RunCtx as Ctx;
 use kernel::c_str;
 use kernel::prelude::*;
 

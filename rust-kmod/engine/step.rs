@@ -58,8 +58,8 @@
 //! breakpoint trap; the traced task steps to the site only when the call needs the
 //! site's handler itself (the callee is not armed yet, or the lossless wait).
 
-use super::arming::{SiteData, SiteKind};
 use super::handlers::{reg, SiteCall};
+use super::site::{Expect, SiteData, SiteKind, Step};
 use super::table::{FuncState, HOOK_LIVE};
 use super::tree::TaskData;
 use super::{load_kernel, tracer, Tracer};
@@ -86,29 +86,6 @@ const RESUME_STEPS: u8 = 24;
 /// warning. Nothing else in the kernel single-steps kernel code with the trap flag
 /// (kprobes no longer does, kgdb is not built in).
 static STEPPED: AtomicBool = AtomicBool::new(false);
-
-/// A traced task single-stepping from a pre-site to its call site.
-#[derive(Clone, Copy)]
-pub(crate) struct Step {
-    /// The call site.
-    pub(crate) site: SiteData,
-    /// Steps left before giving up.
-    pub(crate) left: u8,
-}
-
-/// An indirect call or jump the traced task is about to make, whose target a pre-site
-/// computed: the target's entry hook draws it (`entry.rs`).
-#[derive(Clone, Copy)]
-pub(crate) struct Expect {
-    /// The call site.
-    pub(crate) site: u64,
-    /// The return address the call pushes (the end of the site's instruction).
-    pub(crate) ret: u64,
-    /// The callee.
-    pub(crate) target: u64,
-    /// A jump (a tail call), not a call.
-    pub(crate) tail: bool,
-}
 
 /// The registers and memory a pre-site program runs on: the probe's saved registers.
 struct PreSiteRegs<'a>(&'a sys::PtRegs);

@@ -6,6 +6,7 @@
 //! Each traced thread inside a trace has a slot with a [`ShadowStack`] of frames (its
 //! rules are in `crates/fctrace-core/src/shadow.rs`) and its waiting state.
 
+use super::site::{Expect, Step};
 use super::{clock_ns, this_cpu, Tracer, MAX_TASKS};
 use crate::parse::OptionName;
 use crate::record::{Kind, Reason, Record, F_IRQ, F_SOFTIRQ};
@@ -76,10 +77,10 @@ pub(crate) struct TaskData {
     pub(crate) stack: ShadowStack,
     pub(crate) wait: WaitState,
     /// A single step from a pre-site to its call site in progress (see `step.rs`).
-    pub(crate) step: Option<super::step::Step>,
+    pub(crate) step: Option<Step>,
     /// An indirect call whose target the pre-site computed, for its entry hook to draw
     /// (see `step.rs`).
-    pub(crate) expect: Option<super::step::Expect>,
+    pub(crate) expect: Option<Expect>,
 }
 
 impl TaskData {

@@ -10,8 +10,8 @@ mod thunks;
 
 pub(crate) use thunks::find_thunks;
 
-use super::entry_probe::EntryKind;
 use super::policy::{is_denied, is_instrumentation};
+use super::site::{EntryKind, SiteData, SiteKind, Target};
 use super::table::{
     EntryId, FuncState, BELOW_ALL, HOOK_ENTRY, HOOK_LIVE, HOOK_NONE, HOOK_PROBE, HOOK_TAIL,
 };
@@ -20,7 +20,6 @@ use crate::decode::{self, Flow};
 use crate::emulate;
 use crate::fentry::{self, fentry_offset};
 use crate::kprobe::{Probe, ProbeSet};
-use crate::ksym::addr_of;
 use crate::ksym::SymBuf;
 use crate::parse::{self, FilterVerdict, OptionName};
 use crate::presite;
@@ -28,7 +27,6 @@ use crate::record::Reason;
 use crate::thunks::{Branch, Class, SymInfo, Text, Thunks};
 use core::sync::atomic::Ordering;
 use kernel::alloc::{KVVec, KVec};
-use kernel::c_str;
 use kernel::prelude::*;
 
 /// The stack pointer's register number.
@@ -40,88 +38,6 @@ pub(crate) const MAX_FUNC_SIZE: u64 = 256 * 1024;
 /// The largest function [`Tracer::is_leaf_function`] looks at (its code is copied to the
 /// stack): user-copy and string routines are a few hundred bytes.
 const LEAF_AHEAD_MAX: u64 = 512;
-
-/// How the traced task reaches the callee of a call site.
-#[derive(Clone, Copy)]
-pub(crate) enum Target {
-    /// `call rel32` (or `jmp rel32`): a fixed address.
-    Direct(u64),
-    /// Through a register (`call *%r11`, or a thunk: `call __x86_indirect_thunk_r11`).
-    Reg(u8),
-    /// Through memory (`call *0x10(%rax)`).
-    Mem(decode::Mem),
-}
-
-/// What a probed instruction is.
-#[derive(Clone, Copy)]
-pub(crate) enum SiteKind {
-    /// A call.
-    Call(Target),
-    /// A jump out of the function: a tail call.
-    Tail(Target),
-    /// A conditional jump out of the function: a tail call when condition `cc` holds (to a
-    /// retpoline thunk, `jne __x86_indirect_thunk_r11`, it is an indirect one).
-    TailIf(Target, decode::Cond),
-}
-
-impl SiteKind {
-    /// The callee of a direct call or tail call.
-    pub(crate) fn direct_callee(self) -> Option<u64> {
-        match self {
-            SiteKind::Call(Target::Direct(c))
-            | SiteKind::Tail(Target::Direct(c))
-            | SiteKind::TailIf(Target::Direct(c), _) => Some(c),
-            _ => None,
-        }
-    }
-
-    /// The call or jump through a register or memory, as a pre-site program ends with it
-    /// (`crate::emulate`); `None` for a direct one (or through `fs`). `next_ip`: where
-    /// the instruction ends.
-    fn indirect_final(self, next_ip: u64) -> Option<emulate::Final> {
-        let t = match self {
-            SiteKind::Call(t) | SiteKind::Tail(t) | SiteKind::TailIf(t, _) => t,
-        };
-        match t {
-            Target::Direct(_) => None,
-            Target::Reg(r) => Some(emulate::Final::Reg(r)),
-            Target::Mem(m) => emulate::Addr::from_mem(&m, next_ip).map(emulate::Final::Mem),
-        }
-    }
-}
-
-/// What the handler of a call-site probe knows.
-#[derive(Clone, Copy)]
-pub(crate) struct SiteData {
-    /// The function the site is in, and its end.
-    pub(crate) func: u64,
-    pub(crate) func_end: u64,
-    /// The instruction's address and length.
-    pub(crate) addr: u64,
-    pub(crate) len: u8,
-    pub(crate) kind: SiteKind,
-    /// The probe is not on the site but on its pre-site, this address (see `step.rs`); 0
-    /// when it is on the site.
-    pub(crate) pre: u64,
-    /// For an indirect site with a pre-site: how the instructions from the pre-site to
-    /// the site compute the target, where they can be followed (`crate::emulate`). For a
-    /// leaf site (`leaf`): how they change the stack pointer.
-    pub(crate) prog: Option<emulate::Program>,
-    /// A direct call (or jump) of a function fctrace never follows (`never_probed()`:
-    /// `memcpy()` and the rest of the deny list), watched from its pre-site: the handler
-    /// draws the leaf there, without a step (see `step.rs`).
-    pub(crate) leaf: bool,
-    /// A direct call of a function without an entry hook watched from its pre-site and
-    /// its post-site, this address (the return address; see `step.rs`): the traced
-    /// task's frame for the callee opens at the one and closes at the other. 0 otherwise.
-    pub(crate) post: u64,
-    /// This probe is that post-site (a copy of the site's data, at `post`).
-    pub(crate) at_post: bool,
-    /// For an indirect site: where its target is read from, as an address on the
-    /// registers at the site (`emulate::Program::site_slot`), when the instructions before
-    /// it tell: the slot of the ops table the call goes through (see `wait/`).
-    pub(crate) slot: Option<emulate::SiteSlot>,
-}
 
 /// An armed function: its probes.
 pub(crate) struct Func {

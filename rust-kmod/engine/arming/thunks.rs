@@ -3,7 +3,12 @@
 //! The running kernel's branch thunks (retpolines, return thunks, call-depth
 //! accounting), found by decoding its text as [`Thunks::classify`] needs it.
 
-use super::*;
+use crate::decode::{self, Flow};
+use crate::engine::read_kernel;
+use crate::fentry::fentry_offset;
+use crate::ksym::addr_of;
+use crate::thunks::Thunks;
+use kernel::c_str;
 
 /// Finds the running kernel's branch thunks when tracing starts: the return thunk the
 /// kernel patched the module's own return into (`fctrace_ret_site` in trampoline.S: the

@@ -11,16 +11,12 @@ mod throttle;
 mod trampoline;
 mod work;
 
-pub(crate) use trampoline::wake_armed;
-
 use super::table::{FuncState, HOOK_ENTRY, HOOK_PROBE};
-use super::tree::{current_ids, task_running, Cur, TaskData};
+use super::tree::TaskData;
 use super::{clock_ns, kernel_text, read_word, this_cpu, tracer, Tracer, TracerInner, MAX_TASKS};
 use crate::emulate;
-use crate::kprobe;
 use crate::ksym::SymBuf;
 use crate::parse::OptionName;
-use crate::record::Reason;
 use crate::sys;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use kernel::alloc::KVec;
@@ -161,4 +157,9 @@ impl Waits {
         let until = clock_ns().saturating_add(START_NS + 1_000_000_000);
         self.start_until.store(until, Ordering::Release);
     }
+}
+
+/// Wakes the tasks waiting in the trampoline (they check their requests).
+pub(crate) fn wake_armed() {
+    sys::arm_wake();
 }

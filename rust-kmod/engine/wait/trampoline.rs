@@ -4,7 +4,12 @@
 //! `fctrace_trampoline` (or, from an entry hook, `fctrace_entry_trampoline`) and waits
 //! there, where it may sleep, for the work item to arm the callee.
 
-use super::*;
+use crate::engine::tree::{current_ids, task_running, Cur, TaskData};
+use crate::engine::{clock_ns, tracer, Tracer};
+use crate::kprobe;
+use crate::record::Reason;
+use crate::sys;
+use core::sync::atomic::Ordering;
 
 impl Tracer {
     /// Whether the task may wait in the trampoline for a callee to be armed: it can sleep,
@@ -184,11 +189,6 @@ impl Tracer {
         let _ = req.compare_exchange(target, 0, Ordering::AcqRel, Ordering::Relaxed);
         done
     }
-}
-
-/// Wakes the tasks waiting in the trampoline (they check their requests).
-pub(crate) fn wake_armed() {
-    sys::arm_wake();
 }
 
 /// Called by `fctrace_trampoline` (see trampoline.S) with the flags of the probed
