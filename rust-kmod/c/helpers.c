@@ -60,13 +60,6 @@ void fctrace_current_ids(u32 *pid, u32 *tgid)
 	*tgid = current->tgid;
 }
 
-extern char fctrace_entry_trampoline[];
-
-unsigned long fctrace_entry_trampoline_addr(void)
-{
-	return (unsigned long)fctrace_entry_trampoline;
-}
-
 /* The base of the gs segment on this CPU: where %gs-relative (per-CPU) reads read. */
 unsigned long fctrace_gs_base(void)
 {
@@ -148,21 +141,6 @@ void fctrace_recursion_unlock(int bits)
 	ftrace_test_recursion_unlock(bits & 0xff);
 }
 
-extern char fctrace_ret_site[];
-
-unsigned long fctrace_ret_site_addr(void)
-{
-	return (unsigned long)fctrace_ret_site;
-}
-
-/* Hooked returns: see engine/returns.rs and trampoline.S. */
-extern const u8 fctrace_return_site[];
-
-unsigned long fctrace_return_addr(void)
-{
-	return (unsigned long)fctrace_return_site;
-}
-
 void __noreturn fctrace_return_lost(unsigned long retp)
 {
 	panic("fctrace: a return through fctrace_return at %px has no saved address\n",
@@ -193,14 +171,3 @@ int fctrace_task_tgid(const void *task)
 	return ((const struct task_struct *)task)->tgid;
 }
 
-struct module *fctrace_this_module(void)
-{
-	return THIS_MODULE;
-}
-
-extern char fctrace_trampoline[];
-
-unsigned long fctrace_trampoline_addr(void)
-{
-	return (unsigned long)fctrace_trampoline;
-}

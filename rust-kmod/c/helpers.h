@@ -74,7 +74,6 @@ u32 fctrace_ptr_hash(u64 v);
 unsigned int fctrace_nofs_save(void);
 void fctrace_nofs_restore(unsigned int flags);
 bool fctrace_addr_in_self(unsigned long addr);
-struct module *fctrace_this_module(void);
 int fctrace_mountpoint_create(void);
 void fctrace_mountpoint_remove(void);
 void fctrace_schedule_sync(void);
@@ -88,11 +87,8 @@ void fctrace_schedule_optimize(unsigned int ms, bool push_back);
 void fctrace_schedule_reap(unsigned int ms);
 /* Waits until every probe handler running now has returned. May sleep. */
 void fctrace_synchronize_handlers(void);
-unsigned long fctrace_trampoline_addr(void);
 /* This CPU's gs base (per-CPU offset). Call with preemption off. */
 unsigned long fctrace_gs_base(void);
-/* A bare RET of the module, patched at load like every return: see trampoline.S. */
-unsigned long fctrace_ret_site_addr(void);
 /* Gives a registered, disabled kprobe on a `cs call` a correct emulation, enables it. */
 int fctrace_kprobe_fix_long_call(struct kprobe *p);
 
@@ -131,11 +127,6 @@ u32 fctrace_arm_seq(void);
 int fctrace_arm_sleep(u32 seq, unsigned int ms);
 void fctrace_arm_wake(void);
 
-/*
- * Hooked returns (engine/returns.rs, trampoline.S): where a followed function returns to
- * instead of its caller.
- */
-unsigned long fctrace_return_addr(void);
 /*
  * The stack a word at addr is on, as a key: the current task (its task_struct's address)
  * for its own stack, this CPU's hard-interrupt stack (its top) for that one, 0 for any
@@ -177,8 +168,6 @@ void fctrace_recursion_unlock(int bit);
  */
 int fctrace_entry_hooks_add(const unsigned long *ips, unsigned int n);
 void fctrace_entry_hooks_clear(void);
-/* Where an entry hook sends a task that waits for its function to be armed. */
-unsigned long fctrace_entry_trampoline_addr(void);
 
 /* Implemented in Rust. */
 bool fctrace_entry_wanted(u32 tgid);
