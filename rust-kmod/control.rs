@@ -540,7 +540,7 @@ fn write_start(tr: &Tracer, data: &[u8]) -> Result {
     let start = match parse::parse_symbol(data).map_err(errno)? {
         Symbol::None => None,
         Symbol::Name(n) => {
-            let c = CString::try_from_fmt(kernel::fmt!("{}", n))?;
+            let c = CString::try_from_fmt(format_args!("{}", n))?;
             let (addr, ok) = resolve(&c)?;
             if !ok {
                 tr.log(format_args!(

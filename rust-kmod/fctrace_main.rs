@@ -85,10 +85,21 @@ mod sys;
 mod text;
 mod trap_notifier;
 
+// The one key that differs between the series (see sys/series.rs): `author` in 6.12,
+// `authors` in 7.x.
+#[cfg(not(fctrace_kernel_7))]
 module! {
     type: Fctrace,
     name: "fctrace",
     author: "fctrace developers",
+    description: "Dynamic call-site tracer: every kernel function call of chosen tasks",
+    license: "GPL",
+}
+#[cfg(fctrace_kernel_7)]
+module! {
+    type: Fctrace,
+    name: "fctrace",
+    authors: ["fctrace developers"],
     description: "Dynamic call-site tracer: every kernel function call of chosen tasks",
     license: "GPL",
 }

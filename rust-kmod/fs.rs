@@ -27,7 +27,7 @@ use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::sync::Mutex;
 use kernel::types::ForeignOwnable;
-use kernel::uaccess::{UserSlice, UserSliceWriter};
+use kernel::uaccess::UserSliceWriter;
 
 const FCTRACE_MAGIC: u64 = 0x66637472; // "fctr"
 /// The longest write a file takes (the control files refuse more than 16 KiB).
@@ -197,7 +197,7 @@ impl<T: FileKind> Ops<T> {
         // SAFETY: `private_data` was set by `open` and is taken back only at release,
         // which cannot run during a read.
         let data = unsafe { T::Data::borrow((*file).private_data) };
-        let mut out = UserSlice::new(ubuf as usize, count).writer();
+        let mut out = sys::user_slice(ubuf as usize, count).writer();
         let mut stream_pos = 0i64;
         // SAFETY: `ppos` is the VFS's position for this read, or NULL for a stream.
         let pos = unsafe { ppos.as_mut() }.unwrap_or(&mut stream_pos);
@@ -227,7 +227,7 @@ impl<T: FileKind> Ops<T> {
             return errno(EINVAL);
         }
         let mut input = KVec::new();
-        if let Err(e) = UserSlice::new(ubuf as usize, count).read_all(&mut input, GFP_KERNEL) {
+        if let Err(e) = sys::user_slice(ubuf as usize, count).read_all(&mut input, GFP_KERNEL) {
             return errno(e);
         }
         // SAFETY: as in `read`.
@@ -564,7 +564,7 @@ static CTX_OPS: SyncCell<bindings::fs_context_operations> =
 static FS_TYPE: SyncCell<bindings::file_system_type> = SyncCell::new(bindings::file_system_type {
     name: c"fctrace".as_ptr().cast(),
     init_fs_context: Some(init_fs_context),
-    kill_sb: Some(bindings::kill_litter_super),
+    kill_sb: Some(bindings::fctrace_kill_sb),
     ..zeroed()
 });
 

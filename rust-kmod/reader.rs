@@ -126,8 +126,7 @@ impl TraceReader {
             // Drop what was handed out: the text never holds much more than one read.
             let len = self.text.0.len();
             self.text.0.as_mut_slice().copy_within(self.off..len, 0);
-            // SAFETY: shortening a vector of bytes (nothing to drop).
-            unsafe { self.text.0.set_len(len - self.off) };
+            sys::truncate(&mut self.text.0, len - self.off);
             self.off = 0;
         }
         let opts = options(st, self.hide);

@@ -160,6 +160,7 @@ SYM_CODE_END(fctrace_entry_trampoline)
  * to learn that choice from the live text. Never called.
  */
 SYM_FUNC_START(fctrace_ret_site)
+	ANNOTATE_NOENDBR		/* its address is read, never called */
 	RET
 SYM_FUNC_END(fctrace_ret_site)
 

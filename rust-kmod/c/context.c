@@ -16,6 +16,7 @@
 #include <linux/sched/rt.h>
 #include <linux/sched/task_stack.h>
 #include <linux/uaccess.h>
+#include <linux/version.h>
 #include <asm/irq_stack.h>
 #include "helpers.h"
 
@@ -191,13 +192,46 @@ unsigned long fctrace_rethook_saved_ret(unsigned long frame, unsigned long tramp
 	return 0;
 }
 
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(7, 0, 0)
+/*
+ * Since pcpu_hot was split up, the per-CPU pointer to the IRQ stack is a variable of
+ * its own that is not exported: its address comes from kallsyms when tracing starts
+ * (fctrace_set_hardirq_stack_ptr()). Until then no address is on an IRQ stack.
+ */
+static void __percpu *hardirq_stack_slot;
+
+void fctrace_set_hardirq_stack_ptr(unsigned long addr)
+{
+	WRITE_ONCE(hardirq_stack_slot, (void __percpu *)addr);
+}
+
+static unsigned long hardirq_stack_ptr_read(void)
+{
+	void __percpu *slot = READ_ONCE(hardirq_stack_slot);
+
+	return slot ? *(unsigned long *)raw_cpu_ptr(slot) : 0;
+}
+#else
+void fctrace_set_hardirq_stack_ptr(unsigned long addr)
+{
+}
+
+static unsigned long hardirq_stack_ptr_read(void)
+{
+	return (unsigned long)__this_cpu_read(pcpu_hot.hardirq_stack_ptr);
+}
+#endif
+
 unsigned long fctrace_stack_key(unsigned long addr)
 {
 	unsigned long top;
 
 	if (addr - (unsigned long)task_stack_page(current) < THREAD_SIZE)
 		return (unsigned long)current;
-	top = (unsigned long)__this_cpu_read(pcpu_hot.hardirq_stack_ptr) + 8;
+	top = hardirq_stack_ptr_read();
+	if (!top)
+		return 0;
+	top += 8;
 	if (top > IRQ_STACK_SIZE && addr - (top - IRQ_STACK_SIZE) < IRQ_STACK_SIZE)
 		return top;
 	return 0;

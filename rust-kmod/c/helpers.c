@@ -4,6 +4,7 @@
  * per-CPU and `current` accessors), sorted by name. Declared in helpers.h; wrapped once
  * in Rust, by sys/ or by the wrapper that owns the registration (buffer.rs).
  */
+#include <linux/fs.h>
 #include <linux/kallsyms.h>
 #include <linux/kobject.h>
 #include <linux/module.h>
@@ -18,6 +19,7 @@
 #include <linux/sysfs.h>
 #include <linux/trace_clock.h>
 #include <linux/trace_recursion.h>
+#include <linux/version.h>
 #include "helpers.h"
 
 /* ksym.rs sizes its symbol buffers with this. */
@@ -77,6 +79,20 @@ unsigned long fctrace_irq_save(void)
 
 	local_irq_save(flags);
 	return flags;
+}
+
+/*
+ * The file system's kill_sb. Before 7.0, simple_fill_super()'s dentries hold an extra
+ * reference that kill_litter_super() drops; since, they are persistent dentries that
+ * kill_anon_super() drops (and kill_litter_super() is gone).
+ */
+void fctrace_kill_sb(struct super_block *sb)
+{
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(7, 0, 0)
+	kill_anon_super(sb);
+#else
+	kill_litter_super(sb);
+#endif
 }
 
 int fctrace_locked_down(void)

@@ -12,6 +12,7 @@ struct pt_regs;
 struct trace_buffer;
 struct kprobe;
 struct module;
+struct super_block;
 
 struct trace_buffer *fctrace_rb_alloc(unsigned long size);
 
@@ -74,6 +75,8 @@ u32 fctrace_ptr_hash(u64 v);
 unsigned int fctrace_nofs_save(void);
 void fctrace_nofs_restore(unsigned int flags);
 bool fctrace_addr_in_self(unsigned long addr);
+/* The file system's kill_sb (the kernel's function for it differs between series). */
+void fctrace_kill_sb(struct super_block *sb);
 int fctrace_mountpoint_create(void);
 void fctrace_mountpoint_remove(void);
 void fctrace_schedule_sync(void);
@@ -133,6 +136,8 @@ void fctrace_arm_wake(void);
  * other (exception stacks) or none.
  */
 unsigned long fctrace_stack_key(unsigned long addr);
+/* Where the per-CPU IRQ stack pointer is (7.x: not exported); nothing on 6.12. */
+void fctrace_set_hardirq_stack_ptr(unsigned long addr);
 /*
  * The word at addr if it is an aligned word of one of those stacks (*val, and the key
  * returned), read without the no-fault path (those stacks are mapped); else 0.

@@ -102,6 +102,9 @@ bool fctrace_may_see_addrs(void)
 		return true;	/* kptr_restrict 1 and CAP_SYSLOG (or no_hash_pointers) */
 	if (k[strspn(k, "0")] == '\0')
 		return false;	/* kptr_restrict 2, or 1 without CAP_SYSLOG */
-	/* Hashed: kptr_restrict 0; /proc/kallsyms shows addresses to CAP_SYSLOG then. */
-	return has_capability_noaudit(current, CAP_SYSLOG);
+	/*
+	 * Hashed: kptr_restrict 0; /proc/kallsyms shows addresses to CAP_SYSLOG then (its
+	 * check, kallsyms_show_value(), on the current credentials without an audit record).
+	 */
+	return ns_capable_noaudit(&init_user_ns, CAP_SYSLOG);
 }

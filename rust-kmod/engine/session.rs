@@ -13,7 +13,7 @@ use super::tree::Ctx;
 use super::wait::wake_armed;
 use super::{clock_ns, timed, tracer, Tracer, TracerInner};
 use crate::kprobe::{Batch, Probe};
-use crate::ksym::{resolve, SymBuf};
+use crate::ksym::{addr_of, resolve, SymBuf};
 use crate::parse::{self, FilterVerdict, OptionName};
 use crate::sys;
 use core::sync::atomic::Ordering;
@@ -57,6 +57,9 @@ impl Tracer {
         // Entries of returns put back when tracing last stopped go now.
         self.drop_restored_returns();
         inner.thunks = find_thunks();
+        if let Some(name) = sys::HARDIRQ_STACK_PTR {
+            sys::set_hardirq_stack_ptr(addr_of(name));
+        }
         if !inner.static_calls.is_known() {
             inner.static_calls = Extable::load_static_calls();
         }

@@ -21,6 +21,9 @@ use kernel::prelude::*;
 use crate::bindings;
 
 mod notifier;
+mod series;
+
+pub(crate) use series::{truncate, user_slice, HARDIRQ_STACK_PTR};
 
 pub(crate) use notifier::{
     modules_gone, Chain, DieArgs, ModuleWatch, Notifier, NotifierBlock, DIE_DEBUG, DIE_INT3,
@@ -192,6 +195,15 @@ pub(crate) fn return_context(irqs: bool) -> Option<RunCtx> {
 pub(crate) fn stack_key(addr: u64) -> u64 {
     // SAFETY: compares addresses only.
     unsafe { bindings::fctrace_stack_key(addr as _) as u64 }
+}
+
+/// Tells [`stack_key`] where the per-CPU pointer to the hard-interrupt stack is, from
+/// kallsyms ([`HARDIRQ_STACK_PTR`]); before, no address is on an interrupt stack. Any
+/// context; call before tracing starts.
+pub(crate) fn set_hardirq_stack_ptr(addr: u64) {
+    // SAFETY: stores the address; it is read as a per-CPU variable's address only when
+    // not 0, and it comes from kallsyms' lookup of that variable.
+    unsafe { bindings::fctrace_set_hardirq_stack_ptr(addr as _) }
 }
 
 /// The word at `addr` and its stack's key, if `addr` is an aligned word of one of the
