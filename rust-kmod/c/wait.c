@@ -12,8 +12,16 @@
 #include <linux/sched/signal.h>
 #include <linux/smp.h>
 #include <linux/wait.h>
+#include <linux/version.h>
 #include <linux/workqueue.h>
 #include "helpers.h"
+
+/* The workqueue schedule_delayed_work() uses: system_wq is deprecated since 7.0. */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(7, 0, 0)
+#define FCTRACE_WQ system_percpu_wq
+#else
+#define FCTRACE_WQ system_wq
+#endif
 
 static void fctrace_work_fn(struct work_struct *work)
 {
@@ -61,7 +69,7 @@ static DECLARE_DELAYED_WORK(fctrace_optimize_dwork, fctrace_optimize_fn);
 void fctrace_schedule_optimize(unsigned int ms, bool push_back)
 {
 	if (push_back)
-		mod_delayed_work(system_wq, &fctrace_optimize_dwork, msecs_to_jiffies(ms));
+		mod_delayed_work(FCTRACE_WQ, &fctrace_optimize_dwork, msecs_to_jiffies(ms));
 	else
 		schedule_delayed_work(&fctrace_optimize_dwork, msecs_to_jiffies(ms));
 }

@@ -123,6 +123,12 @@ pub fn build(ko: Option<&Path>, script: Option<&Path>) -> Result<PathBuf> {
     if selftests.is_dir() {
         cpio.tree("selftests", &selftests)?;
     }
+    if crate::kernel::is_debian() {
+        // The selftests' module built for Debian's kernel, and its drivers.
+        for (path, data) in crate::debian::initramfs_files()? {
+            cpio.file(&path, data, 0o644);
+        }
+    }
     for (name, bin) in build_workloads(&selftests.join("workloads"))? {
         cpio.file(&format!("bin/{name}"), fs::read(bin)?, 0o755);
     }

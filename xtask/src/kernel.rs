@@ -44,7 +44,11 @@ pub struct KernelArgs {
 pub fn cmd(args: KernelArgs) -> Result<i32> {
     set_debug(args.debug);
     crate::setup::ensure()?;
-    let kdir = build(&default_fragments(), args.force)?;
+    let kdir = if is_debian() {
+        kdir()?
+    } else {
+        build(&default_fragments(), args.force)?
+    };
     println!("{}", kdir.display());
     Ok(0)
 }
@@ -63,16 +67,37 @@ pub enum Profile {
     /// also scripts/kernel-distro.config (a distribution's code generation: return
     /// thunks, call-depth tracking, IBT, ...; networking, ext4, BTF), built with GCC
     Distro,
+    /// Debian's own kernel (trixie-backports' 7.3), unmodified; the module is built in a
+    /// trixie root with the kernel's own toolchain (xtask/src/debian.rs)
+    Debian,
 }
+
+/// Whether this run uses Debian's kernel (`--profile debian`).
+static DEBIAN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether this run uses the distro profile.
 pub fn is_distro() -> bool {
     DISTRO.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Whether this run uses Debian's own kernel.
+pub fn is_debian() -> bool {
+    DEBIAN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Selects the profile for the rest of this xtask run.
 pub fn set_profile(p: Profile) {
     DISTRO.store(p == Profile::Distro, std::sync::atomic::Ordering::Relaxed);
+    DEBIAN.store(p == Profile::Debian, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The kernel image the guest boots.
+pub fn image(kdir: &Path) -> PathBuf {
+    if is_debian() {
+        crate::debian::image()
+    } else {
+        kdir.join("arch/x86/boot/bzImage")
+    }
 }
 
 /// The toolchain arguments of `make` for the selected profile: `LLVM=1` for the default
@@ -103,8 +128,15 @@ pub fn default_fragments() -> Vec<PathBuf> {
     f
 }
 
-/// Build (if needed) and return the kernel build directory (KDIR).
+/// Build (if needed) and return the kernel build directory (KDIR); for Debian's kernel,
+/// its configured tree in the Debian root.
 pub fn kdir() -> Result<PathBuf> {
+    if is_debian() {
+        if DEBUG.load(std::sync::atomic::Ordering::Relaxed) {
+            bail!("--debug: Debian's kernel has no debug flavour (use the default profile)");
+        }
+        return crate::debian::kdir();
+    }
     build(&default_fragments(), false)
 }
 

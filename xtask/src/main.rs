@@ -12,6 +12,7 @@
 //! and SPDX lines that must agree with the sources.
 
 mod bench;
+mod debian;
 mod demo;
 mod fmt;
 mod icount;
@@ -39,8 +40,9 @@ use clap::{CommandFactory, Parser, Subcommand};
     args_override_self = true
 )]
 struct Cli {
-    /// Kernel profile: `default` (tinyconfig + scripts/kernel-fragment.config, LLVM=1) or
+    /// Kernel profile: `default` (tinyconfig + scripts/kernel-fragment.config, LLVM=1),
     /// `distro` (also scripts/kernel-distro.config, built with GCC like a distribution's)
+    /// or `debian` (Debian's own 7.3 kernel, unmodified)
     #[arg(long, global = true, value_enum, default_value_t)]
     profile: kernel::Profile,
     #[command(subcommand)]

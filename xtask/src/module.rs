@@ -34,6 +34,9 @@ pub fn testmod_path() -> PathBuf {
 
 /// Build the module and the selftests' module; returns the path of `fctrace.ko`.
 pub fn build(kdir: &Path) -> Result<PathBuf> {
+    if crate::kernel::is_debian() {
+        return Ok(crate::debian::build_modules()?.0);
+    }
     let ko = kbuild(kdir, &ko_path())?;
     kbuild(kdir, &testmod_path())?;
     Ok(ko)

@@ -17,6 +17,8 @@ pub const APT_PACKAGES: &[&str] = &[
     "libclang-dev",
     "qemu-system-x86",
     "busybox-static",
+    // the debian profile's build root
+    "debootstrap",
     "flex",
     "bison",
     "bc",
@@ -124,7 +126,7 @@ pub fn ensure() -> Result<()> {
     Ok(())
 }
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     duct::cmd!("id", "-u")
         .read()
         .is_ok_and(|uid| uid.trim() == "0")

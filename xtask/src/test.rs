@@ -43,7 +43,7 @@ pub struct TestArgs {
     /// Stop after SECS in all (at least 60); tests not reached by then count as skipped
     #[arg(long, value_name = "SECS", value_parser = secs)]
     pub budget: Option<Duration>,
-    /// Distro profile: run on model N (1 to 6) of the CPU matrix only, with its kernel
+    /// Distro and debian profiles: run on model N (1 to 6) of the CPU matrix only, with its kernel
     /// command line and its mitigation checks
     #[arg(long, value_name = "N", conflicts_with = "cpu")]
     pub model: Option<usize>,
@@ -130,10 +130,10 @@ pub fn matrix_case(cpu: &str, append: &str) -> Option<&'static CpuCase> {
 }
 
 pub fn cmd(args: TestArgs) -> Result<i32> {
-    let distro = crate::kernel::is_distro();
+    let distro = crate::kernel::is_distro() || crate::kernel::is_debian();
     if let Some(m) = args.model {
         if !distro || args.debug {
-            return Err("--model: only with --profile distro (and not --debug)".into());
+            return Err("--model: only with --profile distro or debian (and not --debug)".into());
         }
         let Some(case) = m.checked_sub(1).and_then(|i| MATRIX.get(i)) else {
             return Err(format!("--model: 1 to {}", MATRIX.len()).into());
@@ -177,7 +177,14 @@ pub fn cmd(args: TestArgs) -> Result<i32> {
         results.push((case, status));
     }
     println!();
-    println!("==================== fctrace CPU matrix (distro profile)");
+    println!(
+        "==================== fctrace CPU matrix ({} profile)",
+        if crate::kernel::is_debian() {
+            "debian"
+        } else {
+            "distro"
+        }
+    );
     for (case, status) in &results {
         println!(
             "{:<4} -cpu {} {}",
@@ -260,7 +267,7 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
     }
     // The distro kernel's tests arm more (every mitigation, a bigger kernel): half the
     // suite in one guest can take more than the default 1200 s.
-    if crate::kernel::is_distro()
+    if (crate::kernel::is_distro() || crate::kernel::is_debian())
         && !debug
         && opts.timeout == Duration::from_secs(vm::DEFAULT_TIMEOUT)
     {

@@ -138,7 +138,7 @@ fn qemu(
     .map(Into::into)
     .into();
     args.extend([
-        kdir.join("arch/x86/boot/bzImage").into(),
+        crate::kernel::image(kdir).into(),
         "-initrd".into(),
         initrd.into(),
     ]);

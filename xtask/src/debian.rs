@@ -1,0 +1,457 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The `debian` profile: Debian's own kernel, as Debian ships it.
+//!
+//! Debian's `linux-headers-*` packages carry no Rust metadata (`rust/*.rmeta`,
+//! `libmacros.so`), and the kernel's rustc (trixie's 1.85.1, which needs glibc 2.39) does
+//! not run on older hosts; so the module is built in a trixie root made with
+//! `debootstrap`, with the kernel's own rustc, bindgen and GCC, against a tree of
+//! `linux-source-X.Y` configured with the image's own `.config` (`modules_prepare`
+//! builds the kernel crate; the headers' `Module.symvers` names the symbols). The guest
+//! boots the image package's `vmlinuz`, unmodified, and loads the drivers the tests need
+//! from its `linux-modules` package.
+//!
+//! Layout (R = `${XDG_CACHE_HOME:-$HOME/.cache}/fctrace`, K = the key of [`PINNED`]):
+//! - `R/debian-trixie-K/`: the root; `.fctrace-root` once its packages are installed
+//! - `…/usr/src/linux-source-X.Y`: the source; `…/build/<abi>`: the configured tree
+//!   (`.fctrace-built` once prepared)
+//! - `…/kernel/<abi>/`: the image and modules packages, unpacked (`usr/lib/modules/<abi>/`
+//!   has the `vmlinuz`)
+//! - `…/src/fctrace/`: the module's sources, copied in for each build (only changed files
+//!   are written, so that Kbuild rebuilds only what changed)
+//!
+//! Every package is pinned ([`PINNED`]); the toolchain is checked against the kernel's
+//! configuration (`CONFIG_RUSTC_VERSION_TEXT` and the rest) before anything is built.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::util::{bail, cache_root, echo, note, repo_root, Result};
+
+/// The kernel: its ABI name (the release) and the version of its packages.
+pub const ABI: &str = "7.3.4+deb13-amd64";
+const KERNEL_VERSION: &str = "7.3.4-1~bpo13+1";
+/// The source package's series (`linux-source-7.3`).
+const SERIES: &str = "7.3";
+const MIRROR: &str = "http://deb.debian.org/debian";
+const SOURCES: &str = "deb http://deb.debian.org/debian trixie main\n\
+                       deb http://deb.debian.org/debian trixie-updates main\n\
+                       deb http://deb.debian.org/debian trixie-backports main\n";
+
+/// The packages installed in the root, with the versions the kernel was built with where
+/// it matters (its rustc, bindgen and GCC; the kernel's own packages).
+const PINNED: &[(&str, &str)] = &[
+    ("rustc", "1.85.1+dfsg1-1+deb13u1"),
+    ("rust-src", "1.85.1+dfsg1-1+deb13u1"),
+    ("bindgen", "0.71.1-6"),
+    ("gcc-14", "14.2.0-19"),
+    ("linux-source-7.3", KERNEL_VERSION),
+    ("linux-headers-7.3.4+deb13-amd64", KERNEL_VERSION),
+];
+/// Unpinned build tools.
+const TOOLS: &[&str] = &[
+    "gcc",
+    "make",
+    "bc",
+    "flex",
+    "bison",
+    "libelf-dev",
+    "libssl-dev",
+    "python3",
+    "dwarves",
+    "xz-utils",
+    "kmod",
+    "cpio",
+];
+/// The packages unpacked (not installed: their scripts would make an initramfs) for the
+/// guest: the kernel image and its modules.
+const GUEST_PACKAGES: &[&str] = &[
+    "linux-binary-7.3.4+deb13-amd64",
+    "linux-modules-7.3.4+deb13-amd64",
+];
+/// The drivers the selftests need that Debian builds as modules: the scratch disk and
+/// its file system. Their dependencies come along (`modules.dep`).
+const GUEST_MODULES: &[&str] = &["virtio_blk", "ext4"];
+
+const ROOT_STAMP: &str = ".fctrace-root";
+const TREE_STAMP: &str = ".fctrace-built";
+
+/// The root's directory: its name carries the key of what goes into it.
+pub fn root() -> PathBuf {
+    let mut spec = format!("{MIRROR}\n{SOURCES}");
+    for (p, v) in PINNED {
+        spec.push_str(&format!("{p}={v}\n"));
+    }
+    for t in TOOLS.iter().chain(GUEST_PACKAGES) {
+        spec.push_str(&format!("{t}\n"));
+    }
+    cache_root().join(format!("debian-trixie-{}", short_hash(spec.as_bytes())))
+}
+
+/// The configured kernel tree (a host path inside the root).
+pub fn kdir() -> Result<PathBuf> {
+    ensure_root()?;
+    ensure_tree()
+}
+
+/// Debian's kernel image, as its package has it.
+pub fn image() -> PathBuf {
+    modules_dir().join("vmlinuz")
+}
+
+/// The unpacked modules package (`modules.dep` made by `depmod`).
+fn modules_dir() -> PathBuf {
+    root().join(format!("kernel/{ABI}/usr/lib/modules/{ABI}"))
+}
+
+/// The kernel's configuration (the image's own, as the headers package has it).
+fn config() -> PathBuf {
+    root().join(format!("usr/src/linux-headers-{ABI}/.config"))
+}
+
+/// 12 hex digits of FNV-1a over `data`: stable across runs and hosts.
+fn short_hash(data: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in data {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")[..12].to_string()
+}
+
+/// Runs `script` with `sh -e` in the root, with `/proc` mounted for it alone (a private
+/// mount namespace) and apt non-interactive.
+fn in_root(script: &str) -> duct::Expression {
+    let root = root();
+    let wrapper = format!(
+        "mount -t proc proc '{}/proc' && exec chroot '{}' /usr/bin/env -i \
+         PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+         DEBIAN_FRONTEND=noninteractive sh -ec \"$1\"",
+        root.display(),
+        root.display()
+    );
+    duct::cmd!(
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--fork",
+        "sh",
+        "-ec",
+        wrapper,
+        "sh",
+        script
+    )
+    .before_spawn(echo)
+}
+
+fn ensure_root() -> Result<()> {
+    let root = root();
+    if root.join(ROOT_STAMP).exists() {
+        return Ok(());
+    }
+    if !crate::setup::is_root() {
+        bail!("the debian profile makes a Debian root with debootstrap and chroot: run as root");
+    }
+    fs::create_dir_all(cache_root())?;
+    let lock = fs::File::create(root.with_extension("lock"))?;
+    if lock.try_lock().is_err() {
+        note("another xtask is making the Debian root; waiting for it");
+        lock.lock()?;
+        if root.join(ROOT_STAMP).exists() {
+            return Ok(());
+        }
+    }
+    if !root.join("usr/bin/apt-get").exists() {
+        let tmp = root.with_extension("tmp");
+        if tmp.exists() {
+            fs::remove_dir_all(&tmp)?;
+        }
+        note(format!("debootstrap trixie into {}", root.display()));
+        duct::cmd!("debootstrap", "--variant=minbase", "trixie", &tmp, MIRROR)
+            .before_spawn(echo)
+            .stdout_null()
+            .run()
+            .map_err(|e| format!("debootstrap trixie: {e}"))?;
+        if root.exists() {
+            fs::remove_dir_all(&root)?;
+        }
+        fs::rename(&tmp, &root)?;
+    }
+    fs::write(root.join("etc/apt/sources.list"), SOURCES)?;
+    let _ = fs::copy("/etc/resolv.conf", root.join("etc/resolv.conf"));
+    let pinned: Vec<String> = PINNED.iter().map(|(p, v)| format!("{p}={v}")).collect();
+    let guest: Vec<String> = GUEST_PACKAGES
+        .iter()
+        .map(|p| format!("{p}={KERNEL_VERSION}"))
+        .collect();
+    let script = format!(
+        "apt-get update -q\n\
+         apt-get install -y -q --no-install-recommends {} {}\n\
+         mkdir -p /kernel/debs /kernel/{ABI}\n\
+         cd /kernel/debs && apt-get download {}\n\
+         for d in /kernel/debs/*.deb; do dpkg-deb -x \"$d\" /kernel/{ABI}; done\n\
+         depmod -b /kernel/{ABI}/usr {ABI}\n",
+        TOOLS.join(" "),
+        pinned.join(" "),
+        guest.join(" ")
+    );
+    in_root(&script).run().map_err(|e| {
+        format!(
+            "installing the pinned packages in the Debian root failed ({e}); if the archive \
+             no longer has these versions, update PINNED in xtask/src/debian.rs"
+        )
+    })?;
+    if !image().exists() {
+        bail!(
+            "{} is missing after unpacking the image package",
+            image().display()
+        );
+    }
+    fs::write(root.join(ROOT_STAMP), "")?;
+    Ok(())
+}
+
+/// `CONFIG_NAME="value"` of the kernel's configuration.
+fn config_text(config: &str, name: &str) -> Option<String> {
+    config.lines().find_map(|l| {
+        l.strip_prefix(name)?
+            .strip_prefix("=\"")?
+            .strip_suffix('"')
+            .map(str::to_string)
+    })
+}
+
+/// The toolchain in the root must be the kernel's: Rust metadata from another rustc
+/// cannot be loaded, and bindgen's and GCC's output must match what the kernel was
+/// built with.
+fn check_toolchain() -> Result<()> {
+    let config = fs::read_to_string(config())?;
+    for (name, cmd) in [
+        ("CONFIG_RUSTC_VERSION_TEXT", "rustc --version"),
+        (
+            "CONFIG_BINDGEN_VERSION_TEXT",
+            "bindgen --version 2>/dev/null | head -n1",
+        ),
+        (
+            "CONFIG_CC_VERSION_TEXT",
+            "x86_64-linux-gnu-gcc-14 --version | head -n1",
+        ),
+    ] {
+        let want = config_text(&config, name).ok_or(format!("{name} not in the config"))?;
+        let have = in_root(cmd).read()?;
+        if have.trim() != want {
+            bail!(
+                "the Debian root's toolchain is not the kernel's: {name} is {want:?}, \
+                 `{cmd}` says {:?}",
+                have.trim()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn ensure_tree() -> Result<PathBuf> {
+    let kdir = root().join(format!("build/{ABI}"));
+    if kdir.join(TREE_STAMP).exists() {
+        return Ok(kdir);
+    }
+    check_toolchain()?;
+    fs::create_dir_all(&kdir)?;
+    fs::copy(config(), kdir.join(".config"))?;
+    let script = format!(
+        "cd /usr/src\n\
+         [ -f linux-source-{SERIES}/Makefile ] || tar xf linux-source-{SERIES}.tar.xz\n\
+         cd linux-source-{SERIES}\n\
+         make O=/build/{ABI} KERNELRELEASE={ABI} olddefconfig >/dev/null\n\
+         make O=/build/{ABI} KERNELRELEASE={ABI} -j{} modules_prepare\n\
+         cp /usr/src/linux-headers-{ABI}/Module.symvers /build/{ABI}/\n",
+        crate::util::nproc()
+    );
+    note(format!(
+        "preparing {ABI}'s tree (the kernel crate) in the Debian root"
+    ));
+    in_root(&script)
+        .stdout_null()
+        .run()
+        .map_err(|e| format!("modules_prepare for {ABI}: {e}"))?;
+    fs::write(kdir.join(TREE_STAMP), "")?;
+    Ok(kdir)
+}
+
+/// Copies the files of `src` (a directory tree) that are sources, not build products,
+/// to `dst`, writing only those that differ, so that their times tell Kbuild what changed.
+fn sync_sources(src: &Path, dst: &Path) -> Result<()> {
+    fs::create_dir_all(dst)?;
+    for e in fs::read_dir(src)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let (from, to) = (e.path(), dst.join(&name));
+        if e.file_type()?.is_dir() {
+            if name != "target" && !name.starts_with('.') {
+                sync_sources(&from, &to)?;
+            }
+            continue;
+        }
+        let product = name.starts_with('.')
+            || [
+                ".o", ".ko", ".mod", ".mod.c", ".order", ".symvers", ".a", ".d",
+            ]
+            .iter()
+            .any(|s| name.ends_with(s))
+            || name == "bindings_generated.rs";
+        if product {
+            continue;
+        }
+        let data = fs::read(&from)?;
+        if fs::read(&to).ok().as_deref() != Some(&data[..]) {
+            fs::write(&to, &data)?;
+            fs::set_permissions(&to, e.metadata()?.permissions())?;
+        }
+    }
+    Ok(())
+}
+
+/// Builds `fctrace.ko` and the selftests' module for Debian's kernel in the root;
+/// returns their host paths.
+pub fn build_modules() -> Result<(PathBuf, PathBuf)> {
+    kdir()?;
+    let src = root().join("src/fctrace");
+    for d in ["rust-kmod", "crates", "selftests/modules"] {
+        sync_sources(&repo_root().join(d), &src.join(d))?;
+    }
+    let mut log = String::new();
+    for m in ["rust-kmod", "selftests/modules"] {
+        let out = in_root(&format!(
+            "make -C /build/{ABI} KERNELRELEASE={ABI} MODULE_PAHOLE_FLAGS= \
+             M=/src/fctrace/{m} modules 2>&1"
+        ))
+        .unchecked()
+        .stdout_capture()
+        .run()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        print!("{text}");
+        if !out.status.success() {
+            bail!("module build for {ABI} failed ({})", out.status);
+        }
+        log.push_str(&text);
+    }
+    let warnings = log.lines().filter(|l| l.starts_with("warning:")).count();
+    if warnings > 0 {
+        bail!("module build for {ABI} produced {warnings} Rust warning(s) (see above)");
+    }
+    Ok((
+        src.join("rust-kmod/fctrace.ko"),
+        src.join("selftests/modules/fct_testmod.ko"),
+    ))
+}
+
+/// What the initramfs needs for Debian's kernel besides the module: the selftests'
+/// module built for it, and [`GUEST_MODULES`] with their dependencies, uncompressed, in
+/// load order, listed in `lib/modules/preload` (the guest's init loads them).
+pub fn initramfs_files() -> Result<Vec<(String, Vec<u8>)>> {
+    let (_, testmod) = build_modules()?;
+    let mut files = vec![(
+        "selftests/modules/fct_testmod.ko".to_string(),
+        fs::read(&testmod)?,
+    )];
+    let mods = modules_dir();
+    let dep = fs::read_to_string(mods.join("modules.dep"))?;
+    let mut order: Vec<String> = Vec::new();
+    for m in GUEST_MODULES {
+        load_order(&dep, m, &mut order)?;
+    }
+    let mut preload = String::new();
+    for path in &order {
+        let data = fs::read(mods.join(path))?;
+        let ko = if path.ends_with(".xz") {
+            xz_decompress(&data, path)?
+        } else {
+            data
+        };
+        let name = Path::new(path.trim_end_matches(".xz"))
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        preload.push_str(&format!("{name}\n"));
+        files.push((format!("lib/modules/{name}"), ko));
+    }
+    files.push(("lib/modules/preload".to_string(), preload.into_bytes()));
+    Ok(files)
+}
+
+/// Adds module `name`'s path and those of its dependencies to `order`, dependencies
+/// first, each once.
+fn load_order(dep: &str, name: &str, order: &mut Vec<String>) -> Result<()> {
+    let file = |p: &str| {
+        let base = Path::new(p)
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy();
+        base.split('.').next().unwrap_or("").replace('-', "_")
+    };
+    let line = dep
+        .lines()
+        .find(|l| l.split(':').next().is_some_and(|p| file(p) == name))
+        .ok_or(format!("module {name} is not in {ABI}'s modules.dep"))?;
+    let (path, deps) = line.split_once(':').unwrap();
+    // modules.dep lists the dependencies so that the last is loaded first.
+    for d in deps.split_whitespace().rev() {
+        if !order.iter().any(|o| o == d) {
+            load_order(dep, &file(d), order)?;
+        }
+    }
+    if !order.iter().any(|o| o == path) {
+        order.push(path.to_string());
+    }
+    Ok(())
+}
+
+fn xz_decompress(data: &[u8], what: &str) -> Result<Vec<u8>> {
+    let o = duct::cmd!("xz", "-dc")
+        .stdin_bytes(data)
+        .stdout_capture()
+        .run()
+        .map_err(|e| format!("xz -d {what}: {e}"))?;
+    Ok(o.stdout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dependencies_load_first_and_once() {
+        let dep = "kernel/fs/ext4/ext4.ko.xz: kernel/lib/crc/crc16.ko.xz kernel/fs/mbcache.ko.xz kernel/fs/jbd2/jbd2.ko.xz\n\
+                   kernel/fs/jbd2/jbd2.ko.xz:\n\
+                   kernel/fs/mbcache.ko.xz:\n\
+                   kernel/lib/crc/crc16.ko.xz:\n\
+                   kernel/drivers/block/virtio_blk.ko.xz:\n";
+        let mut order = Vec::new();
+        load_order(dep, "virtio_blk", &mut order).unwrap();
+        load_order(dep, "ext4", &mut order).unwrap();
+        load_order(dep, "jbd2", &mut order).unwrap();
+        assert_eq!(
+            order,
+            [
+                "kernel/drivers/block/virtio_blk.ko.xz",
+                "kernel/fs/jbd2/jbd2.ko.xz",
+                "kernel/fs/mbcache.ko.xz",
+                "kernel/lib/crc/crc16.ko.xz",
+                "kernel/fs/ext4/ext4.ko.xz",
+            ]
+        );
+        assert!(load_order(dep, "btrfs", &mut order).is_err());
+    }
+
+    #[test]
+    fn config_text_reads_quoted_values() {
+        let c = "CONFIG_X=y\nCONFIG_RUSTC_VERSION_TEXT=\"rustc 1.85.1 (4eb161250 built from source)\"\n";
+        assert_eq!(
+            config_text(c, "CONFIG_RUSTC_VERSION_TEXT").as_deref(),
+            Some("rustc 1.85.1 (4eb161250 built from source)")
+        );
+        assert_eq!(config_text(c, "CONFIG_X"), None);
+    }
+}
