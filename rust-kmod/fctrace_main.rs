@@ -66,6 +66,9 @@ mod retstack;
 #[path = "../crates/fctrace-core/src/shadow.rs"]
 mod shadow;
 #[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-core/src/sort.rs"]
+mod sort;
+#[allow(dead_code, unreachable_pub)]
 #[path = "../crates/fctrace-decode/src/thunks.rs"]
 mod thunks;
 

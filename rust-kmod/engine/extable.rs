@@ -93,7 +93,7 @@ impl Extable {
             // Capacity was reserved: this does not allocate.
             let _ = v.push(insn, GFP_KERNEL);
         }
-        v.sort_unstable();
+        crate::sort::sort(&mut v);
         Extable(Some((text, etext, v)))
     }
 

@@ -269,7 +269,7 @@ impl Tracer {
                 return 0;
             }
         }
-        cand.sort_unstable();
+        crate::sort::sort(&mut cand);
         let Ok(mut dead) = KVec::from_elem(false, inner.funcs.len(), GFP_KERNEL) else {
             return 0;
         };

@@ -71,7 +71,7 @@ const CRATES: &str = "crates";
 /// the graph has one node for them all.
 const SHARED: &[&str] = &[
     "args", "batch", "btf", "decode", "emulate", "fentry", "format", "parse", "presite", "record",
-    "retstack", "shadow", "thunks",
+    "retstack", "shadow", "sort", "thunks",
 ];
 
 /// A top-level module's node in the import graph.

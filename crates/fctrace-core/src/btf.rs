@@ -405,7 +405,7 @@ impl<'a> Btf<'a> {
             }
         }
         let key = |id: &u32| self.get(*id).map_or("", |t| self.name(t.name_off));
-        out[..n].sort_unstable_by(|a, b| key(a).cmp(key(b)).then(a.cmp(b)));
+        crate::sort::sort_by(&mut out[..n], |a, b| key(a).cmp(key(b)).then(a.cmp(b)));
         n
     }
 

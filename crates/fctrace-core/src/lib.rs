@@ -15,3 +15,4 @@ pub mod parse;
 pub mod record;
 pub mod retstack;
 pub mod shadow;
+pub mod sort;

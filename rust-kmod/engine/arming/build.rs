@@ -185,7 +185,7 @@ impl Tracer {
                 return Err(Reason::Unprobeable);
             }
             if pass == 0 {
-                jump_targets.sort_unstable();
+                crate::sort::sort(&mut jump_targets);
                 let n = self.hook_direct_callees(
                     inner,
                     start,
