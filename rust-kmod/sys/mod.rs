@@ -21,8 +21,12 @@ use kernel::prelude::*;
 use crate::bindings;
 
 mod notifier;
+mod own;
 mod series;
 
+pub(crate) use own::{
+    entry_trampoline_addr, ret_insn_addr, return_site_addr, this_module, trampoline_addr,
+};
 pub(crate) use series::{truncate, user_slice, HARDIRQ_STACK_PTR};
 
 pub(crate) use notifier::{
@@ -297,35 +301,7 @@ pub(crate) fn addr_in_self(addr: u64) -> bool {
 }
 
 // ---------------------------------------------------------------------------------------
-// Addresses of the module's own code.
-
-// The labels of `trampoline.S`; only their addresses are taken, never what is there.
-extern "C" {
-    static fctrace_trampoline: [u8; 0];
-    static fctrace_entry_trampoline: [u8; 0];
-    static fctrace_return_site: [u8; 0];
-    static fctrace_ret_site: [u8; 0];
-}
-
-/// The arming trampoline (`trampoline.S`), where a probe sends a task to wait.
-pub(crate) fn trampoline_addr() -> u64 {
-    core::ptr::addr_of!(fctrace_trampoline) as u64
-}
-
-/// Where an entry hook sends a task that waits for its function to be armed.
-pub(crate) fn entry_trampoline_addr() -> u64 {
-    core::ptr::addr_of!(fctrace_entry_trampoline) as u64
-}
-
-/// Where a followed function returns to instead of its caller (`fctrace_return_site`).
-pub(crate) fn return_site_addr() -> u64 {
-    core::ptr::addr_of!(fctrace_return_site) as u64
-}
-
-/// A bare RET of the module, patched at load like every return (see `trampoline.S`).
-pub(crate) fn ret_insn_addr() -> u64 {
-    core::ptr::addr_of!(fctrace_ret_site) as u64
-}
+// The return trampoline.
 
 /// The return handler found no address for a return that came through the trampoline.
 pub(crate) fn return_lost(retp: u64) -> ! {
@@ -697,17 +673,4 @@ pub(crate) fn mountpoint_create() -> Result {
 pub(crate) fn mountpoint_remove() {
     // SAFETY: `sysfs_remove_mount_point()`, process context; callers made it before.
     unsafe { bindings::fctrace_mountpoint_remove() };
-}
-
-extern "C" {
-    // The module's own `struct module`, defined by modpost's `.mod.c` (what
-    // `THIS_MODULE` is in C). Only its address is taken here.
-    static __this_module: [u8; 0];
-}
-
-/// This module (`THIS_MODULE`), the owner of its file operations.
-pub(crate) fn this_module() -> *mut bindings::module {
-    core::ptr::addr_of!(__this_module)
-        .cast::<bindings::module>()
-        .cast_mut()
 }
