@@ -347,13 +347,14 @@ pub fn build_modules() -> Result<(PathBuf, PathBuf)> {
 }
 
 /// What the initramfs needs for Debian's kernel besides the module: the selftests'
-/// module built for it, and [`GUEST_MODULES`] with their dependencies, uncompressed, in
-/// load order, listed in `lib/modules/preload` (the guest's init loads them).
+/// module built for it (by [`build_modules`], before), and [`GUEST_MODULES`] with their
+/// dependencies, uncompressed, in load order, listed in `lib/modules/preload` (the
+/// guest's init loads them).
 pub fn initramfs_files() -> Result<Vec<(String, Vec<u8>)>> {
-    let (_, testmod) = build_modules()?;
+    let testmod = root().join("src/fctrace/selftests/modules/fct_testmod.ko");
     let mut files = vec![(
         "selftests/modules/fct_testmod.ko".to_string(),
-        fs::read(&testmod)?,
+        fs::read(&testmod).map_err(|e| format!("{}: {e}", testmod.display()))?,
     )];
     let mods = modules_dir();
     let dep = fs::read_to_string(mods.join("modules.dep"))?;

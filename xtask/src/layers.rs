@@ -1043,6 +1043,16 @@ fn layers_check_fails_on_reversed_import() {
     assert_eq!(sccs, [["mod", "step"]], "{text}");
     assert!(text.contains("mod -> step -> mod"), "{text}");
     assert!(engine_cycles(&files, true).0.is_empty());
+
+    // Two engine files importing each other are a cycle without engine/mod.rs too, as
+    // `engine_files_have_no_import_cycle` checks.
+    let files = [
+        ("engine/mod.rs", "mod site;\nmod step;\n"),
+        ("engine/step.rs", "use super::site::Step;\n"),
+        ("engine/site.rs", "use super::step::on_debug;\n"),
+    ];
+    let (sccs, text) = engine_cycles(&files, true);
+    assert_eq!(sccs, [["site", "step"]], "{text}");
 }
 
 #[test]
