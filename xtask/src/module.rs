@@ -42,6 +42,45 @@ pub fn build(kdir: &Path) -> Result<PathBuf> {
     Ok(ko)
 }
 
+/// A module directory's record of the kernel tree it was last built against.
+const BUILT_FOR: &str = ".fctrace-built-for";
+
+/// Removes what Kbuild built in `dir` for another kernel tree than `kdir`. Kbuild names
+/// the kernel's headers by paths relative to its tree, so two kernels built by one
+/// toolchain (the default and debug kernels, both clang) give the same command lines: it
+/// would keep the objects and the bindings made for the other kernel, whose structures
+/// differ (lockdep's, KASAN's), and load them into this one.
+fn clean_if_other_kernel(kdir: &Path, dir: &Path) -> Result<()> {
+    let want = kdir.to_string_lossy();
+    let stamp = dir.join(BUILT_FOR);
+    let built_for = std::fs::read_to_string(&stamp).ok();
+    if built_for.as_deref() == Some(&*want) {
+        return Ok(());
+    }
+    note(format!(
+        "{}: last built for {}, now for {want}: cleaning first",
+        dir.display(),
+        built_for.as_deref().unwrap_or("an unknown kernel")
+    ));
+    let mut args: Vec<std::ffi::OsString> = vec!["-C".into(), kdir.into()];
+    args.extend(crate::kernel::toolchain_args().into_iter().map(Into::into));
+    args.extend([
+        "ARCH=x86_64".into(),
+        format!("M={}", dir.display()).into(),
+        "clean".into(),
+    ]);
+    duct::cmd("make", args)
+        .stdout_null()
+        .before_spawn(echo)
+        .run()
+        .map_err(|e| format!("make clean in {}: {e}", dir.display()))?;
+    // Not among what Kbuild's clean removes.
+    for f in ["bindings_generated.rs", BUILT_FOR] {
+        let _ = std::fs::remove_file(dir.join(f));
+    }
+    Ok(())
+}
+
 /// Build the module `ko` with Kbuild from the sources in its directory.
 fn kbuild(kdir: &Path, ko: &Path) -> Result<PathBuf> {
     let dir = ko.parent().ok_or("no module directory")?;
@@ -51,6 +90,7 @@ fn kbuild(kdir: &Path, ko: &Path) -> Result<PathBuf> {
             dir.display()
         );
     }
+    clean_if_other_kernel(kdir, dir)?;
     let m = format!("M={}", dir.display());
     let ko = ko.to_path_buf();
     let before = std::fs::metadata(&ko).and_then(|m| m.modified()).ok();
@@ -91,6 +131,7 @@ fn kbuild(kdir: &Path, ko: &Path) -> Result<PathBuf> {
     if !ko.exists() {
         bail!("make succeeded but {} was not produced", ko.display());
     }
+    std::fs::write(dir.join(BUILT_FOR), kdir.to_string_lossy().as_bytes())?;
     let after = std::fs::metadata(&ko).and_then(|m| m.modified()).ok();
     note(format!(
         "module {}: {}",
