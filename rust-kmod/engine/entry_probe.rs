@@ -271,10 +271,8 @@ pub(crate) fn entry_optimizable(inner: &TracerInner, func: u64, size: u64) -> bo
     if !read_kernel(func, &mut code) {
         return false;
     }
-    let p = match code.get(..4) {
-        Some([0xf3, 0x0f, 0x1e, 0xfa]) => 4u64,
-        _ => 0,
-    };
+    // Past `endbr64`, sealed or not, as kprobes puts it.
+    let p = crate::fentry::fentry_offset(&code) as u64;
     // The run the jump covers.
     let mut covered = 0u64;
     while covered < u64::from(presite::JUMP_LEN) {

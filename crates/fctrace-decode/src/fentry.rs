@@ -31,11 +31,15 @@ pub enum EntrySite {
 }
 
 /// Where the ftrace site of a function starts: after its `endbr64`, which the kernel
-/// seals (turns into the 4-byte nop `66 0f 1f 00`) in functions whose address is never
-/// taken, so both forms count.
+/// seals in functions whose address is never taken: it turns it into a 4-byte nop found
+/// only at former `endbr64` sites (`gen_endbr_poison()`: `66 0f 1f 00` in 6.12,
+/// `0f 1f 40 d6`, `nopl -42(%rax)`, in 7.x), so all three forms count, as the kernel's
+/// `is_endbr()` counts them.
 pub fn fentry_offset(code: &[u8]) -> usize {
     match code.get(..4) {
-        Some([0xf3, 0x0f, 0x1e, 0xfa]) | Some([0x66, 0x0f, 0x1f, 0x00]) => 4,
+        Some([0xf3, 0x0f, 0x1e, 0xfa])
+        | Some([0x66, 0x0f, 0x1f, 0x00])
+        | Some([0x0f, 0x1f, 0x40, 0xd6]) => 4,
         _ => 0,
     }
 }
@@ -197,6 +201,12 @@ mod tests {
         assert_eq!(entry_site(&code, F), EntrySite::Nop(4));
         let sealed = [0x66, 0x0f, 0x1f, 0x00, 0x0f, 0x1f, 0x44, 0x00, 0x00];
         assert_eq!(entry_site(&sealed, F), EntrySite::Nop(4));
+        // Debian's 7.3.4: count_memcg_events(), sealed.
+        let sealed_7 = [0x0f, 0x1f, 0x40, 0xd6, 0x0f, 0x1f, 0x44, 0x00, 0x00];
+        assert_eq!(entry_site(&sealed_7, F), EntrySite::Nop(4));
+        // A function that starts with a 4-byte nop of another form has no site there.
+        let nop4 = [0x0f, 0x1f, 0x40, 0x00, 0x0f, 0x1f, 0x44, 0x00, 0x00];
+        assert_eq!(entry_site(&nop4, F), EntrySite::None);
         assert_eq!(entry_site(&code[4..], F), EntrySite::Nop(0));
     }
 
