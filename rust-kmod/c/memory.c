@@ -3,6 +3,7 @@
  * fctrace: Reading memory without faulting: strings for the args option, and BTF files.
  */
 #include <linux/fs.h>
+#include <linux/fs_struct.h>
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/string.h>
@@ -39,6 +40,19 @@ static struct file *fctrace_btf_open(const char *name)
 	if (strchr(name, '/') ||
 	    snprintf(path, sizeof(path), "/sys/kernel/btf/%s", name) >= sizeof(path))
 		return ERR_PTR(-EINVAL);
+#ifdef scoped_with_init_fs
+	/*
+	 * Kernel threads (the arming work item) resolve paths in nullfs since 7.0:
+	 * look the file up in the first user-space process's file system instead.
+	 */
+	if (current->flags & PF_KTHREAD) {
+		struct file *f;
+
+		scoped_with_init_fs()
+			f = filp_open(path, O_RDONLY, 0);
+		return f;
+	}
+#endif
 	return filp_open(path, O_RDONLY, 0);
 }
 
