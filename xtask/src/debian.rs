@@ -14,7 +14,8 @@
 //! Layout (R = `${XDG_CACHE_HOME:-$HOME/.cache}/fctrace`, K = the key of [`PINNED`]):
 //! - `R/debian-trixie-K/`: the root; `.fctrace-root` once its packages are installed
 //! - `…/usr/src/linux-source-X.Y`: the source; `…/build/<abi>`: the configured tree
-//!   (`.fctrace-built` once prepared)
+//!   (`.fctrace-built` once prepared), with the headers' `Module.symvers` and their
+//!   `vmlinux` (only the kernel's `.BTF`: the base of the modules' BTF)
 //! - `…/kernel/<abi>/`: the image and modules packages, unpacked (`usr/lib/modules/<abi>/`
 //!   has the `vmlinuz`)
 //! - `…/src/fctrace/`: the module's sources, copied in for each build (only changed files
@@ -62,6 +63,7 @@ const TOOLS: &[&str] = &[
     "xz-utils",
     "kmod",
     "cpio",
+    "rustfmt",
 ];
 /// The packages unpacked (not installed: their scripts would make an initramfs) for the
 /// guest: the kernel image and its modules.
@@ -265,7 +267,8 @@ fn ensure_tree() -> Result<PathBuf> {
          cd linux-source-{SERIES}\n\
          make O=/build/{ABI} KERNELRELEASE={ABI} olddefconfig >/dev/null\n\
          make O=/build/{ABI} KERNELRELEASE={ABI} -j{} modules_prepare\n\
-         cp /usr/src/linux-headers-{ABI}/Module.symvers /build/{ABI}/\n",
+         cp /usr/src/linux-headers-{ABI}/Module.symvers /build/{ABI}/\n\
+         cp /usr/src/linux-headers-{ABI}/vmlinux /build/{ABI}/\n",
         crate::util::nproc()
     );
     note(format!(
