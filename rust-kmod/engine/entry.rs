@@ -207,6 +207,12 @@ impl Tracer {
                 Some((x.site, false, sp, true))
             } else if self.table.contains(top.func, call_site) {
                 Some((call_site, false, sp, false))
+            } else if self.table.contains(self.preempt.sched(), call_site)
+                && self.open_preempted(rec.cur, d, sp)
+            {
+                // The scheduler, entered through `preempt_schedule()` where no hook saw
+                // it: its frame is opened now (`preempt.rs`).
+                Some((call_site, false, sp, false))
             } else {
                 None
             }

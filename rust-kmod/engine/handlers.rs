@@ -267,7 +267,7 @@ impl Tracer {
         // (their return could not be hooked, or they left through a path that does not
         // return): close them before drawing this call.
         d.stack.close_stale(&rec, sp);
-        let Some(top) = d.stack.top() else {
+        let Some(top) = d.stack.top().map(|t| t.func) else {
             self.release_if_done(slot, d);
             return Done(0);
         };
@@ -275,8 +275,12 @@ impl Tracer {
         // innermost frame). Others run below it without a call fctrace saw: the scheduler
         // entered from an interrupt's return (preempt_schedule_irq() is called from
         // noinstr code), or a callee reached through a call site kprobes refused. Drawing
-        // them as calls of the interrupted function would be wrong.
-        if top.func != site.func {
+        // them as calls of the interrupted function would be wrong. (The scheduler entered
+        // from a preemption thunk through a `preempt_schedule()` with no hook gets its
+        // frame here: `preempt.rs`.)
+        if top != site.func
+            && !(self.preempt.is_schedule(site.func) && self.open_preempted(&cur, d, sp))
+        {
             return Done(0);
         }
         // lossless: the buffer is filling faster than the reader empties it; the task

@@ -10,11 +10,19 @@
 //! two open a frame for the scheduler inside it, so the calls the scheduler makes for the
 //! task are followed as for `schedule()`. Only preemptions hit them, not every context
 //! switch.
+//!
+//! Where the compiler inlined `preempt_schedule_common()` (GCC does, in Debian's kernels),
+//! the `call __schedule` is in `preempt_schedule()` itself, which kprobes refuses. The
+//! scheduler's frame is then opened from inside, at the first of its calls fctrace sees
+//! for the task ([`Tracer::open_preempted`]): its entry is the stack slot that holds the
+//! return address into `preempt_schedule()`, and its return is hooked there. Its time
+//! starts at that call.
 
 use super::arming::call_range;
 use super::handlers::Hook;
 use super::table::FuncState;
-use super::{read_kernel, Tracer};
+use super::tree::{Cur, TaskData};
+use super::{call_target, read_kernel, stack_word, Tracer};
 use crate::decode::{self, Flow};
 use crate::kprobe::Probe;
 use crate::ksym::{addr_of, SymBuf};
@@ -28,10 +36,18 @@ use kernel::ffi::c_int;
 /// The most `call __schedule` instructions hooked.
 pub(crate) const MAX_PREEMPT_HOOKS: usize = 4;
 
+/// The most `call __schedule` instructions on the preemption path.
+const MAX_SCHED_RETS: usize = 4;
+
+/// How far above a call in `__schedule()` its return address into `preempt_schedule()`
+/// is looked for, in words: the scheduler's own frame (its saved registers and locals).
+const MAX_SCAN_WORDS: u64 = 128;
+
 /// What was found of the preemption path when tracing started (0 = not found).
 pub(crate) struct Preempt {
-    /// `preempt_schedule_thunk` and `preempt_schedule_notrace_thunk`.
+    /// `preempt_schedule_thunk` and `preempt_schedule_notrace_thunk`, and their ends.
     thunks: [AtomicU64; 2],
+    thunk_ends: [AtomicU64; 2],
     /// `__schedule()`; 0 when the hooks are not in place (thunks are plain leaves then).
     sched: AtomicU64,
     /// Where the [`Hook::Preempt`] int3 probes are, and the byte each replaced: arming a
@@ -39,24 +55,49 @@ pub(crate) struct Preempt {
     /// decodes its code with that byte put back.
     hooks: [AtomicU64; MAX_PREEMPT_HOOKS],
     hook_bytes: [AtomicU8; MAX_PREEMPT_HOOKS],
+    /// The return addresses of the `call __schedule` instructions of the preemption
+    /// path, hooked or not (`preempt_schedule()`'s, where `preempt_schedule_common()`
+    /// was inlined): how [`Tracer::open_preempted`] finds the scheduler's entry.
+    sched_rets: [AtomicU64; MAX_SCHED_RETS],
 }
 
 impl Preempt {
     pub(crate) fn new() -> Self {
         Preempt {
             thunks: [const { AtomicU64::new(0) }; 2],
+            thunk_ends: [const { AtomicU64::new(0) }; 2],
             sched: AtomicU64::new(0),
             hooks: [const { AtomicU64::new(0) }; MAX_PREEMPT_HOOKS],
             hook_bytes: [const { AtomicU8::new(0) }; MAX_PREEMPT_HOOKS],
+            sched_rets: [const { AtomicU64::new(0) }; MAX_SCHED_RETS],
         }
     }
 
-    /// Whether `f` is a preemption thunk whose frame the scheduler's hooks fill.
     /// Whether `f` is `__schedule()` (known only while the hooks are in place).
     pub(crate) fn is_schedule(&self, f: u64) -> bool {
         f != 0 && self.sched.load(Ordering::Relaxed) == f
     }
 
+    /// `__schedule()`, while the hooks are in place (else 0).
+    pub(crate) fn sched(&self) -> u64 {
+        self.sched.load(Ordering::Relaxed)
+    }
+
+    /// Whether `addr` is inside a preemption thunk (known only while the hooks are in
+    /// place).
+    pub(crate) fn in_thunk(&self, addr: u64) -> bool {
+        self.sched.load(Ordering::Relaxed) != 0
+            && self
+                .thunks
+                .iter()
+                .zip(self.thunk_ends.iter())
+                .any(|(t, e)| {
+                    let t = t.load(Ordering::Relaxed);
+                    t != 0 && addr > t && addr < e.load(Ordering::Relaxed)
+                })
+    }
+
+    /// Whether `f` is a preemption thunk whose frame the scheduler's hooks fill.
     pub(crate) fn is_thunk(&self, f: u64) -> bool {
         f != 0
             && self.sched.load(Ordering::Relaxed) != 0
@@ -90,7 +131,7 @@ impl Preempt {
     pub(crate) fn resolve(&self) -> [u64; MAX_PREEMPT_HOOKS] {
         let none = [0u64; MAX_PREEMPT_HOOKS];
         self.sched.store(0, Ordering::Relaxed);
-        for h in self.hooks.iter() {
+        for h in self.hooks.iter().chain(self.sched_rets.iter()) {
             h.store(0, Ordering::Relaxed);
         }
         let thunks = [
@@ -106,13 +147,24 @@ impl Preempt {
         };
         // With call-depth tracking, calls of `__schedule()` point at its padding.
         let sched_calls = call_range(sched, &mut sym);
-        // The `call __schedule` instructions of the two functions the thunks end up in.
+        // The `call __schedule` instructions of the two functions the thunks end up in:
+        // `preempt_schedule_common()`'s, or where it was inlined, `preempt_schedule()`'s
+        // (not hooked: kprobes refuses that function).
+        let common = c_str!("preempt_schedule_common");
+        let inlined = addr_of(common) == 0;
+        let first = if inlined {
+            c_str!("preempt_schedule")
+        } else {
+            common
+        };
         let mut at = none;
         let mut n = 0;
-        for f in [
-            c_str!("preempt_schedule_common"),
-            c_str!("preempt_schedule_notrace"),
-        ] {
+        let mut rets = [0u64; MAX_SCHED_RETS];
+        let mut r = 0;
+        for (i, f) in [first, c_str!("preempt_schedule_notrace")]
+            .into_iter()
+            .enumerate()
+        {
             let start = addr_of(f);
             let size = sym.lookup(start).map_or(0, |i| i.size);
             if start == 0 || size == 0 {
@@ -122,6 +174,14 @@ impl Preempt {
                 return none;
             };
             for c in calls.into_iter().flatten() {
+                let Some(ret) = rets.get_mut(r) else {
+                    return none;
+                };
+                *ret = c.wrapping_add(5);
+                r += 1;
+                if i == 0 && inlined {
+                    continue;
+                }
                 let Some(slot) = at.get_mut(n) else {
                     return none;
                 };
@@ -144,12 +204,32 @@ impl Preempt {
             self.hooks[i].store(at[i], Ordering::Relaxed);
             self.hook_bytes[i].store(bytes[i], Ordering::Relaxed);
         }
-        for (t, a) in self.thunks.iter().zip(thunks) {
+        for (r, a) in self.sched_rets.iter().zip(rets) {
+            r.store(a, Ordering::Relaxed);
+        }
+        for ((t, e), a) in self.thunks.iter().zip(self.thunk_ends.iter()).zip(thunks) {
+            let size = sym.lookup(a).map_or(0, |i| i.size);
             t.store(a, Ordering::Relaxed);
+            e.store(a.wrapping_add(size), Ordering::Relaxed);
         }
         self.sched.store(sched, Ordering::Relaxed);
         at
     }
+}
+
+/// The first word of the current stack from `from` (rounded down to a word) up to `end`
+/// that `want` accepts: its address and value.
+fn scan_stack(from: u64, end: u64, want: impl Fn(u64) -> bool) -> Option<(u64, u64)> {
+    let mut at = from & !7;
+    while at < end {
+        let (w, _) = stack_word(at);
+        let w = w?;
+        if want(w) {
+            return Some((at, w));
+        }
+        at += 8;
+    }
+    None
 }
 
 /// The calls into `target` (an address range) of the function at `start` (`size`
@@ -230,5 +310,83 @@ impl Tracer {
             _ => {}
         }
         0
+    }
+
+    /// A call in `__schedule()` (made at stack pointer `sp`) seen for the traced task
+    /// while its innermost frame is not the scheduler's: the scheduler was entered through
+    /// `preempt_schedule()` where no hook saw it (see the module documentation). Opens
+    /// the frames that are missing, from the return addresses on the stack between `sp`
+    /// and the innermost frame: the scheduler's, whose entry is the slot holding the
+    /// return address into `preempt_schedule()`; below a frame that is not a thunk's,
+    /// first the thunk's (a static call of the thunk, which kprobes refuses to probe):
+    /// above that slot, one holding a return address into a thunk, then one holding the
+    /// thunk's return into the innermost frame's function, right after its call of the
+    /// thunk. Their returns are hooked there. Whether it opened the scheduler's frame;
+    /// the caller then draws the call in it.
+    pub(crate) fn open_preempted(&self, cur: &Cur, d: &mut TaskData, sp: u64) -> bool {
+        let sched = self.preempt.sched();
+        let rets = &self.preempt.sched_rets;
+        let Some(&top) = d.stack.top() else {
+            return false;
+        };
+        if sched == 0
+            || top.func == sched
+            || sp >= top.entry_sp
+            || rets[0].load(Ordering::Relaxed) == 0
+        {
+            return false;
+        }
+        let need = if self.preempt.is_thunk(top.func) {
+            1
+        } else {
+            2
+        };
+        let depth = d.stack.depth() + need;
+        let max = self.settings.max_depth.load(Ordering::Relaxed) as usize;
+        if depth > MAX_FRAMES || (max != 0 && depth > max) {
+            return false;
+        }
+        if !matches!(self.table.lookup(sched), FuncState::Armed) {
+            return false;
+        }
+        let end = top.entry_sp.min(sp.saturating_add(MAX_SCAN_WORDS * 8));
+        let Some((sched_sp, ret)) = scan_stack(sp, end, |w| {
+            w != 0 && rets.iter().any(|r| r.load(Ordering::Relaxed) == w)
+        }) else {
+            return false;
+        };
+        let thunk = if need == 2 {
+            let Some((in_thunk, _)) = scan_stack(sched_sp + 8, end, |w| self.preempt.in_thunk(w))
+            else {
+                return false;
+            };
+            let Some((thunk_sp, back)) = scan_stack(in_thunk + 8, end, |w| {
+                let site = w.wrapping_sub(5);
+                self.table.contains(top.func, site)
+                    && call_target(site).is_some_and(|t| self.preempt.is_thunk(t))
+            }) else {
+                return false;
+            };
+            let site = back.wrapping_sub(5);
+            call_target(site).map(|t| (t, site, thunk_sp))
+        } else {
+            None
+        };
+        // The call's registers are not the scheduler's entry's: no arguments.
+        let rec = self.recorder(cur);
+        if let Some((t, site, thunk_sp)) = thunk {
+            if !d.stack.open(&rec, t, site, 0, thunk_sp, true) {
+                return false;
+            }
+            self.hook_return(thunk_sp);
+        }
+        if !d
+            .stack
+            .open(&rec, sched, ret.wrapping_sub(5), 0, sched_sp, false)
+        {
+            return false;
+        }
+        self.hook_return(sched_sp);
+        true
     }
 }
