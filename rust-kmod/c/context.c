@@ -18,6 +18,7 @@
 #include <linux/uaccess.h>
 #include <linux/version.h>
 #include <asm/irq_stack.h>
+#include <asm/unwind.h>
 #include "helpers.h"
 
 /*
@@ -245,6 +246,34 @@ unsigned long fctrace_stack_word(unsigned long addr, unsigned long *val)
 	if (key)
 		*val = READ_ONCE(*(unsigned long *)addr);
 	return key;
+}
+
+int fctrace_unwind_callers(unsigned long ip, unsigned long sp, unsigned long bp,
+			   unsigned long *rets, unsigned long *slots, int n)
+{
+#ifdef CONFIG_UNWINDER_ORC
+	struct unwind_state state;
+	struct pt_regs regs = {};
+	int i = 0;
+
+	regs.ip = ip;
+	regs.sp = sp;
+	regs.bp = bp;
+	regs.cs = __KERNEL_CS;
+	regs.ss = __KERNEL_DS;
+	/* Started from regs, the unwinder stands on the caller already. */
+	for (unwind_start(&state, current, &regs, NULL); i < n && !unwind_done(&state);
+	     unwind_next_frame(&state)) {
+		if (state.regs || !state.sp)
+			break;
+		rets[i] = state.ip;
+		slots[i] = state.sp - sizeof(long);
+		i++;
+	}
+	return i;
+#else
+	return 0;
+#endif
 }
 
 int fctrace_return_ctx(bool irqs)

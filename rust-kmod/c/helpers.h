@@ -143,6 +143,14 @@ void fctrace_set_hardirq_stack_ptr(unsigned long addr);
  * returned), read without the no-fault path (those stacks are mapped); else 0.
  */
 unsigned long fctrace_stack_word(unsigned long addr, unsigned long *val);
+/*
+ * The frames that called the one at ip (sp, bp: its registers) on the current task's
+ * stack, innermost first, as the ORC unwinder finds them: rets[i] the return address into
+ * the ith caller, slots[i] the stack word that holds it. Up to n, and none past an
+ * exception frame; the number found (0 without CONFIG_UNWINDER_ORC).
+ */
+int fctrace_unwind_callers(unsigned long ip, unsigned long sp, unsigned long bp,
+			   unsigned long *rets, unsigned long *slots, int n);
 /* The context fctrace_return runs in: FCTRACE_CTX_* (interrupts only when irqs). */
 int fctrace_return_ctx(bool irqs);
 bool fctrace_current_exiting(void);

@@ -164,6 +164,7 @@ impl Tracer {
     /// task's tree `d`: a call from the innermost frame's function (at its call site, or
     /// at the site a pre-site computed, `expect`) or a tail call from it. `(site, tail,
     /// the caller's stack pointer, indirect)`; `None` when it is none of fctrace's calls.
+    /// `bp`: the caller's frame pointer register (for the unwinder, see `preempt.rs`).
     #[allow(clippy::too_many_arguments)]
     fn entry_site(
         &self,
@@ -174,6 +175,7 @@ impl Tracer {
         ours: Option<u64>,
         ret: u64,
         expect: Option<Expect>,
+        bp: u64,
     ) -> Option<(u64, bool, u64, bool)> {
         let call_site = ret.wrapping_sub(5);
         let hooked = ours.is_none() && self.ret_hooks.contains(ret);
@@ -208,7 +210,7 @@ impl Tracer {
             } else if self.table.contains(top.func, call_site) {
                 Some((call_site, false, sp, false))
             } else if self.table.contains(self.preempt.sched(), call_site)
-                && self.open_preempted(rec.cur, d, sp)
+                && self.open_preempted(rec.cur, d, call_site, sp, bp)
             {
                 // The scheduler, entered through `preempt_schedule()` where no hook saw
                 // it: its frame is opened now (`preempt.rs`).
@@ -273,7 +275,7 @@ impl Tracer {
         let rec = self.recorder_at(&cur, regs);
         let (ours, ret) = self.entry_return(entry_sp, word);
         let Some((site, tail, site_sp, indirect)) =
-            self.entry_site(e, d, &rec, entry_sp, ours, ret, expect)
+            self.entry_site(e, d, &rec, entry_sp, ours, ret, expect, regs.bp as u64)
         else {
             return 0;
         };

@@ -279,7 +279,8 @@ impl Tracer {
         // from a preemption thunk through a `preempt_schedule()` with no hook gets its
         // frame here: `preempt.rs`.)
         if top != site.func
-            && !(self.preempt.is_schedule(site.func) && self.open_preempted(&cur, d, sp))
+            && !(self.preempt.is_schedule(site.func)
+                && self.open_preempted(&cur, d, site.addr, sp, regs.bp as u64))
         {
             return Done(0);
         }

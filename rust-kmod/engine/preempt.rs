@@ -22,7 +22,7 @@ use super::arming::call_range;
 use super::handlers::Hook;
 use super::table::FuncState;
 use super::tree::{Cur, TaskData};
-use super::{call_target, read_kernel, stack_word, Tracer};
+use super::{call_target, read_kernel, Tracer};
 use crate::decode::{self, Flow};
 use crate::kprobe::Probe;
 use crate::ksym::{addr_of, SymBuf};
@@ -39,15 +39,13 @@ pub(crate) const MAX_PREEMPT_HOOKS: usize = 4;
 /// The most `call __schedule` instructions on the preemption path.
 const MAX_SCHED_RETS: usize = 4;
 
-/// How far above a call in `__schedule()` its return address into `preempt_schedule()`
-/// is looked for, in words: the scheduler's own frame (its saved registers and locals).
-const MAX_SCAN_WORDS: u64 = 128;
-
 /// What was found of the preemption path when tracing started (0 = not found).
 pub(crate) struct Preempt {
     /// `preempt_schedule_thunk` and `preempt_schedule_notrace_thunk`, and their ends.
     thunks: [AtomicU64; 2],
     thunk_ends: [AtomicU64; 2],
+    /// Where calls of each thunk point (its padding, with call-depth tracking).
+    thunk_pfx: [AtomicU64; 2],
     /// `__schedule()`; 0 when the hooks are not in place (thunks are plain leaves then).
     sched: AtomicU64,
     /// Where the [`Hook::Preempt`] int3 probes are, and the byte each replaced: arming a
@@ -66,6 +64,7 @@ impl Preempt {
         Preempt {
             thunks: [const { AtomicU64::new(0) }; 2],
             thunk_ends: [const { AtomicU64::new(0) }; 2],
+            thunk_pfx: [const { AtomicU64::new(0) }; 2],
             sched: AtomicU64::new(0),
             hooks: [const { AtomicU64::new(0) }; MAX_PREEMPT_HOOKS],
             hook_bytes: [const { AtomicU8::new(0) }; MAX_PREEMPT_HOOKS],
@@ -86,15 +85,27 @@ impl Preempt {
     /// Whether `addr` is inside a preemption thunk (known only while the hooks are in
     /// place).
     pub(crate) fn in_thunk(&self, addr: u64) -> bool {
+        self.sched.load(Ordering::Relaxed) != 0 && self.thunk_of(addr) != 0
+    }
+
+    /// Whether a call to `target` calls a preemption thunk (its start, or with
+    /// call-depth tracking its padding).
+    pub(crate) fn calls_thunk(&self, target: u64) -> bool {
         self.sched.load(Ordering::Relaxed) != 0
-            && self
-                .thunks
-                .iter()
-                .zip(self.thunk_ends.iter())
-                .any(|(t, e)| {
-                    let t = t.load(Ordering::Relaxed);
-                    t != 0 && addr > t && addr < e.load(Ordering::Relaxed)
-                })
+            && self.thunks.iter().zip(self.thunk_pfx.iter()).any(|(t, p)| {
+                let t = t.load(Ordering::Relaxed);
+                t != 0 && target >= p.load(Ordering::Relaxed) && target <= t
+            })
+    }
+
+    /// The preemption thunk `addr` is in (0: none).
+    pub(crate) fn thunk_of(&self, addr: u64) -> u64 {
+        self.thunks
+            .iter()
+            .zip(self.thunk_ends.iter())
+            .map(|(t, e)| (t.load(Ordering::Relaxed), e.load(Ordering::Relaxed)))
+            .find(|&(t, e)| t != 0 && addr > t && addr < e)
+            .map_or(0, |(t, _)| t)
     }
 
     /// Whether `f` is a preemption thunk whose frame the scheduler's hooks fill.
@@ -207,29 +218,26 @@ impl Preempt {
         for (r, a) in self.sched_rets.iter().zip(rets) {
             r.store(a, Ordering::Relaxed);
         }
-        for ((t, e), a) in self.thunks.iter().zip(self.thunk_ends.iter()).zip(thunks) {
+        for (i, a) in thunks.into_iter().enumerate() {
             let size = sym.lookup(a).map_or(0, |i| i.size);
-            t.store(a, Ordering::Relaxed);
-            e.store(a.wrapping_add(size), Ordering::Relaxed);
+            let pfx = if a == 0 {
+                0
+            } else {
+                *call_range(a, &mut sym).start()
+            };
+            for (arr, v) in [
+                (&self.thunks, a),
+                (&self.thunk_ends, a.wrapping_add(size)),
+                (&self.thunk_pfx, pfx),
+            ] {
+                if let Some(x) = arr.get(i) {
+                    x.store(v, Ordering::Relaxed);
+                }
+            }
         }
         self.sched.store(sched, Ordering::Relaxed);
         at
     }
-}
-
-/// The first word of the current stack from `from` (rounded down to a word) up to `end`
-/// that `want` accepts: its address and value.
-fn scan_stack(from: u64, end: u64, want: impl Fn(u64) -> bool) -> Option<(u64, u64)> {
-    let mut at = from & !7;
-    while at < end {
-        let (w, _) = stack_word(at);
-        let w = w?;
-        if want(w) {
-            return Some((at, w));
-        }
-        at += 8;
-    }
-    None
 }
 
 /// The calls into `target` (an address range) of the function at `start` (`size`
@@ -312,70 +320,75 @@ impl Tracer {
         0
     }
 
-    /// A call in `__schedule()` (made at stack pointer `sp`) seen for the traced task
-    /// while its innermost frame is not the scheduler's: the scheduler was entered through
-    /// `preempt_schedule()` where no hook saw it (see the module documentation). Opens
-    /// the frames that are missing, from the return addresses on the stack between `sp`
-    /// and the innermost frame: the scheduler's, whose entry is the slot holding the
-    /// return address into `preempt_schedule()`; below a frame that is not a thunk's,
-    /// first the thunk's (a static call of the thunk, which kprobes refuses to probe):
-    /// above that slot, one holding a return address into a thunk, then one holding the
-    /// thunk's return into the innermost frame's function, right after its call of the
-    /// thunk. Their returns are hooked there. Whether it opened the scheduler's frame;
-    /// the caller then draws the call in it.
-    pub(crate) fn open_preempted(&self, cur: &Cur, d: &mut TaskData, sp: u64) -> bool {
+    /// A call in `__schedule()` seen for the traced task while its innermost frame is not
+    /// the scheduler's (`ip`, `sp`, `bp`: the registers in `__schedule()` at that call):
+    /// the scheduler was entered through `preempt_schedule()` where no hook saw it (see
+    /// the module documentation). Opens the frames that are missing, from the callers the
+    /// ORC unwinder finds above the scheduler: the first must be a `call __schedule` of
+    /// the preemption path (its return address's stack word is the scheduler's entry),
+    /// the second a preemption thunk, and the third the innermost frame's function, right
+    /// after a call of that thunk: the thunk's frame, if not open yet (a static call of
+    /// the thunk, which kprobes refuses to probe), is the word that holds that return
+    /// address. Their returns are hooked there, the thunk's first (the outer one: the
+    /// return stack keeps a task's words in stack order). Whether it opened the
+    /// scheduler's frame; the caller then draws the call in it.
+    pub(crate) fn open_preempted(
+        &self,
+        cur: &Cur,
+        d: &mut TaskData,
+        ip: u64,
+        sp: u64,
+        bp: u64,
+    ) -> bool {
         let sched = self.preempt.sched();
-        let rets = &self.preempt.sched_rets;
         let Some(&top) = d.stack.top() else {
             return false;
         };
-        if sched == 0
-            || top.func == sched
-            || sp >= top.entry_sp
-            || rets[0].load(Ordering::Relaxed) == 0
-        {
+        if sched == 0 || top.func == sched || sp >= top.entry_sp {
             return false;
         }
-        let need = if self.preempt.is_thunk(top.func) {
-            1
-        } else {
-            2
-        };
-        let depth = d.stack.depth() + need;
+        let thunk_open = self.preempt.is_thunk(top.func);
+        let depth = d.stack.depth() + if thunk_open { 1 } else { 2 };
         let max = self.settings.max_depth.load(Ordering::Relaxed) as usize;
         if depth > MAX_FRAMES || (max != 0 && depth > max) {
             return false;
         }
-        if !matches!(self.table.lookup(sched), FuncState::Armed) {
+        let mut callers = [(0u64, 0u64); 3];
+        if sys::unwind_callers(ip, sp, bp, &mut callers) < 3 {
             return false;
         }
-        let end = top.entry_sp.min(sp.saturating_add(MAX_SCAN_WORDS * 8));
-        let Some((sched_sp, ret)) = scan_stack(sp, end, |w| {
-            w != 0 && rets.iter().any(|r| r.load(Ordering::Relaxed) == w)
-        }) else {
+        let [(ret, sched_sp), (in_thunk, _), (back, thunk_sp)] = callers;
+        let site = back.wrapping_sub(5);
+        let chain = self
+            .preempt
+            .sched_rets
+            .iter()
+            .any(|r| r.load(Ordering::Relaxed) == ret)
+            && self.preempt.in_thunk(in_thunk)
+            && sched_sp < thunk_sp
+            && if thunk_open {
+                thunk_sp == top.entry_sp
+            } else {
+                thunk_sp < top.entry_sp
+                    && self.table.contains(top.func, site)
+                    && call_target(site).is_some_and(|t| self.preempt.calls_thunk(t))
+            };
+        if !chain {
             return false;
-        };
-        let thunk = if need == 2 {
-            let Some((in_thunk, _)) = scan_stack(sched_sp + 8, end, |w| self.preempt.in_thunk(w))
-            else {
+        }
+        match self.table.lookup(sched) {
+            FuncState::Armed => {}
+            FuncState::Unknown => {
+                self.want(sched);
                 return false;
-            };
-            let Some((thunk_sp, back)) = scan_stack(in_thunk + 8, end, |w| {
-                let site = w.wrapping_sub(5);
-                self.table.contains(top.func, site)
-                    && call_target(site).is_some_and(|t| self.preempt.is_thunk(t))
-            }) else {
-                return false;
-            };
-            let site = back.wrapping_sub(5);
-            call_target(site).map(|t| (t, site, thunk_sp))
-        } else {
-            None
-        };
+            }
+            _ => return false,
+        }
         // The call's registers are not the scheduler's entry's: no arguments.
         let rec = self.recorder(cur);
-        if let Some((t, site, thunk_sp)) = thunk {
-            if !d.stack.open(&rec, t, site, 0, thunk_sp, true) {
+        if !thunk_open {
+            let thunk = self.preempt.thunk_of(in_thunk);
+            if !d.stack.open(&rec, thunk, site, 0, thunk_sp, true) {
                 return false;
             }
             self.hook_return(thunk_sp);
