@@ -186,17 +186,19 @@ fn read_word(addr: u64) -> Option<u64> {
     read_kernel(addr, &mut v).then(|| u64::from_ne_bytes(v))
 }
 
-/// The target of the 5-byte `call rel32` at `site`, if that is what is there now.
+/// The target of the direct call at `site`, if a 5-byte call is what is there now.
 fn call_target(site: u64) -> Option<u64> {
-    let mut insn = [0u8; 5];
-    if !read_kernel(site, &mut insn) {
+    let mut code = [0u8; 5];
+    if !read_kernel(site, &mut code) {
         return None;
     }
-    let [0xe8, a, b, c, d] = insn else {
-        return None;
-    };
-    let rel = i32::from_le_bytes([a, b, c, d]);
-    Some(site.wrapping_add(5).wrapping_add(rel as i64 as u64))
+    match crate::decode::decode(&code, site) {
+        Ok(i) if i.len == 5 => match i.flow {
+            crate::decode::Flow::Call(t) => Some(t),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// Reads `size` bytes (at most 8) of kernel memory at `addr` as a little-endian value,

@@ -114,12 +114,17 @@ const DENIED: &[&[u8]] = &[
     // at every allocation and free they record (from instrumentation, never shown), but
     // arming ahead reached them through direct calls in armed code; armed, every
     // allocation of every task trapped in unwind_next_frame() at each stack frame, and the
-    // debug kernel crawled. A traced call to them shows as a leaf.
+    // debug kernel crawled. A traced call to them shows as a leaf. fctrace's own handlers
+    // run the ORC unwinder too (a preemption's missing frames, `preempt.rs`): what it
+    // calls is never armed either.
     b"stack_trace_save*",
     b"arch_stack_walk*",
     b"__unwind_start",
     b"unwind_next_frame",
     b"unwind_get_return_address*",
+    b"get_stack_info*",
+    b"*orc_find*",
+    b"stack_access_ok",
     b"stack_depot_save*",
     b"__stack_depot_*",
     // The debug instrumentation is denied too (see `INSTRUMENTATION`, which `is_denied`

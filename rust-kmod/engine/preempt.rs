@@ -12,10 +12,11 @@
 //! switch.
 //!
 //! Where the compiler inlined `preempt_schedule_common()` (GCC does, in Debian's kernels),
-//! the `call __schedule` is in `preempt_schedule()` itself, which kprobes refuses. The
-//! scheduler's frame is then opened from inside, at the first of its calls fctrace sees
-//! for the task ([`Tracer::open_preempted`]): its entry is the stack slot that holds the
-//! return address into `preempt_schedule()`, and its return is hooked there. Its time
+//! the `call __schedule` is in `preempt_schedule()` itself, which kprobes refuses; and with
+//! `PREEMPT_DYNAMIC` the call of a thunk is a static call, which kprobes will not probe.
+//! The frames missing then are opened from inside, at the first of the scheduler's calls
+//! fctrace sees for the task ([`Tracer::open_preempted`]), from the callers the ORC
+//! unwinder finds above it; their returns are hooked there, and the scheduler's time
 //! starts at that call.
 
 use super::arming::call_range;
@@ -80,12 +81,6 @@ impl Preempt {
     /// `__schedule()`, while the hooks are in place (else 0).
     pub(crate) fn sched(&self) -> u64 {
         self.sched.load(Ordering::Relaxed)
-    }
-
-    /// Whether `addr` is inside a preemption thunk (known only while the hooks are in
-    /// place).
-    pub(crate) fn in_thunk(&self, addr: u64) -> bool {
-        self.sched.load(Ordering::Relaxed) != 0 && self.thunk_of(addr) != 0
     }
 
     /// Whether a call to `target` calls a preemption thunk (its start, or with
@@ -364,7 +359,7 @@ impl Tracer {
             .sched_rets
             .iter()
             .any(|r| r.load(Ordering::Relaxed) == ret)
-            && self.preempt.in_thunk(in_thunk)
+            && self.preempt.thunk_of(in_thunk) != 0
             && sched_sp < thunk_sp
             && if thunk_open {
                 thunk_sp == top.entry_sp
