@@ -172,12 +172,17 @@ const SCRATCH_MB: u64 = 64;
 /// `target/fctrace/scratch-ext4.img`: an empty ext4 file system for the guests (tests
 /// mount `/dev/vda`), made once with `mkfs.ext4`. `None` (with a note) if it cannot be
 /// made: the guest then has no disk and the tests that need one are unsupported.
+/// Guests started side by side (`test --jobs`) ask at once: one makes it while the
+/// others wait, and an xtask beside this one makes its own copy under another
+/// temporary name (the last rename wins; both are empty file systems).
 fn scratch_disk() -> Option<PathBuf> {
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
     let img = out_dir().join("scratch-ext4.img");
     if img.is_file() {
         return Some(img);
     }
-    let tmp = out_dir().join("scratch-ext4.img.tmp");
+    let tmp = out_dir().join(format!("scratch-ext4.img.{}.tmp", std::process::id()));
     let made = (|| -> Result<()> {
         std::fs::create_dir_all(out_dir())?;
         std::fs::File::create(&tmp)?.set_len(SCRATCH_MB << 20)?;
