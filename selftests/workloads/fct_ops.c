@@ -10,10 +10,12 @@
  *   open FILE   openat(AT_FDCWD, FILE, O_RDONLY) + close
  *   mmap        mmap 4 anonymous pages, touch one, munmap
  *   mmap_pinned the same four times, bound to the CPU it runs on (set before
- *               the gate): the touched page's folio waits in that CPU's LRU
- *               batch, which munmap()'s lru_add_drain() then drains through
- *               lru_add(), unless something drained it first (such as
- *               lru_add_drain_all()'s work on each CPU): one of four is enough
+ *               the gate), with madvise(MADV_WILLNEED) before the munmap:
+ *               the touched page's folio waits in that CPU's LRU batch,
+ *               which madvise()'s lru_add_drain() then drains through
+ *               lru_add() (on 6.12 munmap() drains it too), unless
+ *               something drained it first (such as lru_add_drain_all()'s
+ *               work on each CPU): one of four is enough
  *   fork        fork; the child _exit(0)s; the parent waitpid()s for it
  *   fork_rt     the same in the real-time class (SCHED_FIFO, priority 1, set
  *               before the gate; the child inherits it)
@@ -135,6 +137,8 @@ int main(int argc, char **argv)
 			if (m == MAP_FAILED)
 				return 1;
 			m[4096] = 1;
+			if (pinned && madvise(m, 4 * 4096, MADV_WILLNEED))
+				return 1;
 			if (munmap(m, 4 * 4096))
 				return 1;
 		}
