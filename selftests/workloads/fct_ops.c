@@ -12,11 +12,11 @@
  *   mmap_pinned the same four times, bound to the CPU it runs on (set before
  *               the gate), with madvise(MADV_WILLNEED) before the munmap:
  *               the touched page's folio waits in that CPU's LRU batch,
- *               which madvise()'s lru_add_drain() then drains through
- *               lru_add() (on 6.12 munmap() drains it too, and the test
- *               kernels have no madvise()), unless
- *               something drained it first (such as lru_add_drain_all()'s
- *               work on each CPU): one of four is enough
+ *               which madvise()'s lru_add_drain() drains through lru_add()
+ *               (on 6.12 munmap() does too, and the test kernels have no
+ *               madvise()), unless something drained it first (such as
+ *               lru_add_drain_all()'s work on each CPU): one of four is
+ *               enough
  *   fork        fork; the child _exit(0)s; the parent waitpid()s for it
  *   fork_rt     the same in the real-time class (SCHED_FIFO, priority 1, set
  *               before the gate; the child inherits it)
