@@ -33,6 +33,11 @@ pub struct VmOpts {
     /// Virtual CPUs
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub smp: u32,
+    /// Threads per core (SMT): the `--smp` CPUs as cores of one socket with N threads
+    /// each (a kernel decides some mitigations by whether SMT is possible)
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=4))]
+    pub threads: u32,
     /// Guest memory
     #[arg(long, value_name = "MB", default_value_t = 1024)]
     pub mem: u32,
@@ -115,7 +120,11 @@ fn qemu(
     let thread = std::env::var("FCTRACE_TCG_THREAD").unwrap_or_else(|_| "single".into());
     let (accel, smp, mem) = (
         format!("tcg,thread={thread}"),
-        opts.smp.to_string(),
+        if opts.threads > 1 {
+            format!("{},threads={}", opts.smp, opts.threads)
+        } else {
+            opts.smp.to_string()
+        },
         opts.mem.to_string(),
     );
     let append = if opts.append.is_empty() {
