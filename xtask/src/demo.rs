@@ -9,6 +9,7 @@
 
 use std::path::Path;
 
+use crate::kernel::Profile;
 use crate::util::{bail, echo, note, out_dir, repo_root, Result};
 use crate::vm::{self, VmOpts};
 
@@ -19,6 +20,19 @@ const PLACEHOLDER: &str = "#!/bin/sh
 # Placeholder demo (created by `cargo xtask demo` because demo.sh was missing).
 ls /sys/kernel/fctrace
 ";
+
+/// The demo's kernel when `--profile` is not given: Debian's own (no kernel to build, so
+/// the first trace comes sooner on a fresh machine, and on a kernel people install) where
+/// the module can be built in its build root, which takes root (`debootstrap`, `chroot`);
+/// else the default profile's.
+pub fn default_profile() -> Profile {
+    if crate::setup::is_root() {
+        Profile::Debian
+    } else {
+        note("demo: not root, so not Debian's kernel (its build root needs debootstrap and chroot): building the default kernel");
+        Profile::Default
+    }
+}
 
 pub fn cmd(opts: VmOpts) -> Result<i32> {
     let demo = repo_root().join("scripts/guest/demo.sh");

@@ -42,9 +42,10 @@ use clap::{CommandFactory, Parser, Subcommand};
 struct Cli {
     /// Kernel profile: `default` (tinyconfig + scripts/kernel-fragment.config, LLVM=1),
     /// `distro` (also scripts/kernel-distro.config, built with GCC like a distribution's)
-    /// or `debian` (Debian's own 7.3 kernel, unmodified)
-    #[arg(long, global = true, value_enum, default_value_t)]
-    profile: kernel::Profile,
+    /// or `debian` (Debian's own 7.3 kernel, unmodified) [default: `debian` for `demo`
+    /// when run as root, `default` otherwise]
+    #[arg(long, global = true, value_enum)]
+    profile: Option<kernel::Profile>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -89,7 +90,11 @@ enum Command {
 fn main() {
     util::ensure_cargo_bin_on_path();
     let cli = Cli::parse();
-    kernel::set_profile(cli.profile);
+    kernel::set_profile(match (cli.profile, &cli.command) {
+        (Some(p), _) => p,
+        (None, Some(Command::Demo(_))) => demo::default_profile(),
+        (None, _) => kernel::Profile::Default,
+    });
     let result = match cli.command {
         None => Cli::command().print_help().map(|()| 0).map_err(Into::into),
         Some(Command::Setup) => setup::cmd(),

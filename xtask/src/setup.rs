@@ -8,37 +8,42 @@ use std::path::Path;
 
 use crate::util::{bail, echo, note, Result};
 
-/// Debian packages needed to build the kernel/module and run the guest.
-pub const APT_PACKAGES: &[&str] = &[
+/// Debian packages every profile needs: the guest and what goes into it, and the debian
+/// profile's build root.
+const GUEST_PACKAGES: &[&str] = &[
+    "qemu-system-x86",
+    "busybox-static",
+    "cpio",
+    "gzip",
+    // the debian profile's build root, and its modules (`.ko.xz`)
+    "debootstrap",
+    "xz-utils",
+    // mkfs.ext4, for the guests' scratch disk (an ext4 file system on virtio-blk)
+    "e2fsprogs",
+    // static test workloads (selftests/workloads/*.c)
+    "gcc",
+    "libc6-dev",
+];
+
+/// What building the default and distro profiles' own 6.12 kernels adds.
+const KERNEL_PACKAGES: &[&str] = &[
     "linux-source-6.12",
     "clang",
     "lld",
     "llvm",
     "libclang-dev",
-    "qemu-system-x86",
-    "busybox-static",
-    // the debian profile's build root
-    "debootstrap",
     "flex",
     "bison",
     "bc",
     "libelf-dev",
     "libssl-dev",
-    "cpio",
     "make",
-    "xz-utils",
-    "gzip",
     "binutils",
     // pahole 1.30 for the kernels' BTF (CONFIG_DEBUG_INFO_BTF) comes from Debian 13
     // (xtask/src/pahole.rs): fetched with curl, checked with gpgv and Debian's keyring
     "curl",
     "gpgv",
     "debian-archive-keyring",
-    // mkfs.ext4, for the guests' scratch disk (an ext4 file system on virtio-blk)
-    "e2fsprogs",
-    // static test workloads (selftests/workloads/*.c)
-    "gcc",
-    "libc6-dev",
 ];
 
 pub const BINDGEN_VERSION: &str = "0.73.0";
@@ -48,11 +53,19 @@ pub fn cmd() -> Result<i32> {
     Ok(0)
 }
 
-/// Install what is missing; quiet (one line) when nothing is.
+/// Install what is missing; quiet (one line) when nothing is. The debian profile builds
+/// its module in its own root with the kernel's toolchain (xtask/src/debian.rs), so it
+/// needs only [`GUEST_PACKAGES`] of the host; the others need a kernel build's tools too.
 pub fn ensure() -> Result<()> {
     let mut did = false;
+    let own_kernel = !crate::kernel::is_debian();
+    let packages: Vec<&str> = if own_kernel {
+        [GUEST_PACKAGES, KERNEL_PACKAGES].concat()
+    } else {
+        GUEST_PACKAGES.to_vec()
+    };
 
-    let missing = missing_apt_packages()?;
+    let missing = missing_apt_packages(&packages)?;
     if !missing.is_empty() {
         did = true;
         note(format!("missing Debian packages: {}", missing.join(" ")));
@@ -75,7 +88,7 @@ pub fn ensure() -> Result<()> {
             "--no-install-recommends",
         ];
         apt(&[&install[..], &missing].concat()).run()?;
-        let still = missing_apt_packages()?;
+        let still = missing_apt_packages(&packages)?;
         if !still.is_empty() {
             bail!(
                 "packages still missing after apt-get install: {}",
@@ -84,6 +97,21 @@ pub fn ensure() -> Result<()> {
         }
     }
 
+    if own_kernel {
+        did |= ensure_kernel_toolchain()?;
+    }
+    if did {
+        note("setup: done");
+    } else {
+        note("setup: all dependencies present");
+    }
+    Ok(())
+}
+
+/// rust-src, bindgen and pahole for building the kernel and the module on the host;
+/// whether anything was installed.
+fn ensure_kernel_toolchain() -> Result<bool> {
+    let mut did = false;
     // rust-src: the kernel builds `core`/`alloc` from source.
     let sysroot = duct::cmd!("rustc", "--print", "sysroot").read()?;
     if !Path::new(sysroot.trim())
@@ -117,13 +145,7 @@ pub fn ensure() -> Result<()> {
     }
 
     did |= crate::pahole::ensure()?;
-
-    if did {
-        note("setup: done");
-    } else {
-        note("setup: all dependencies present");
-    }
-    Ok(())
+    Ok(did)
 }
 
 pub fn is_root() -> bool {
@@ -132,12 +154,10 @@ pub fn is_root() -> bool {
         .is_ok_and(|uid| uid.trim() == "0")
 }
 
-fn missing_apt_packages() -> Result<Vec<&'static str>> {
+fn missing_apt_packages<'a>(packages: &[&'a str]) -> Result<Vec<&'a str>> {
     let out = duct::cmd(
         "dpkg-query",
-        ["-W", "-f=${Package} ${Status}\\n"]
-            .iter()
-            .chain(APT_PACKAGES),
+        ["-W", "-f=${Package} ${Status}\\n"].iter().chain(packages),
     )
     .stderr_null()
     .unchecked()
@@ -149,7 +169,7 @@ fn missing_apt_packages() -> Result<Vec<&'static str>> {
         .filter_map(|l| l.split_whitespace().next())
         .map(|p| p.split(':').next().unwrap_or(p)) // strip :amd64
         .collect();
-    Ok(APT_PACKAGES
+    Ok(packages
         .iter()
         .copied()
         .filter(|p| !installed.contains(p))
