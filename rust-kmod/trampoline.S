@@ -8,7 +8,11 @@
  * context, where it may sleep. We save every register a call or a conditional jump can
  * consume (argument registers, the retpoline scratch registers and the flags), arm the
  * callee (fctrace_arm_pending, Rust), restore them, and return to the probed instruction,
- * which then runs again, now with its callee armed. A task sent here from the single step
+ * which then runs again, now with its callee armed. That return is RET_UNCALLED: no call
+ * brought the task here, and the flags must reach the probed instruction as they were (a
+ * conditional jump to another function's code, `jb __check_object_size.cold+0x1a`, is
+ * such a site), which call-depth accounting's return thunk would not leave them
+ * (`shlq $5` on the depth counter: options/lossless.tc on retbleed=stuff, model 5). A task sent here from the single step
  * of a pre-site (engine/step.rs) returns with the trap flag set in the flags it pops, so
  * that it stops on the call site again.
  *
@@ -127,7 +131,7 @@ SYM_CODE_START(fctrace_trampoline)
 	leaq	FRAME_FLAGS(%rsp), %rsi	/* where they are kept: a single step sets TF there */
 	call	fctrace_arm_pending
 	LEAVE_FRAME
-	RET
+	RET_UNCALLED	/* not RET: call-depth accounting's thunk changes the flags */
 SYM_CODE_END(fctrace_trampoline)
 
 /*
