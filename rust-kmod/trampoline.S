@@ -10,11 +10,11 @@
  * callee (fctrace_arm_pending, Rust), restore them, and return to the probed instruction,
  * which then runs again, now with its callee armed. That return is RET_UNCALLED: no call
  * brought the task here, and the flags must reach the probed instruction as they were (a
- * conditional jump to another function's code, `jb __check_object_size.cold+0x1a`, is
- * such a site), which call-depth accounting's return thunk would not leave them
- * (`shlq $5` on the depth counter: options/lossless.tc on retbleed=stuff, model 5). A task sent here from the single step
- * of a pre-site (engine/step.rs) returns with the trap flag set in the flags it pops, so
- * that it stops on the call site again.
+ * conditional jump into another function's code, `jb __check_object_size.cold+0x1a`, is
+ * such a site), which call-depth accounting's return thunk would not leave them (`shlq`
+ * on its depth counter). A task sent here from the single step of a pre-site
+ * (engine/step.rs) returns with the trap flag set in the flags it pops, so that it stops
+ * on the call site again.
  *
  * The unwinder. The word the pre-handler pushed is not a return address: the task goes on
  * at that instruction, not after it, and ORC looks a return address up at the byte before
@@ -91,8 +91,9 @@
 
 /*
  * After the handler: pops the scratch registers and the frame, leaving the flags in the
- * spare word just below G's, then pops them. Only `ret` is left, to G: the trap flag a
- * single step set takes effect after it, at G.
+ * spare word just below G's, then pops them. Only the return to G is left (a `ret`, or
+ * RET_UNCALLED's call, lea and ret): a trap flag a single step set traps after each of
+ * those instructions, and the step handler lets the task go on until it stands at G.
  */
 .macro LEAVE_FRAME
 	movq	FRAME_FLAGS(%rsp), %rax

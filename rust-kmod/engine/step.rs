@@ -76,8 +76,8 @@ const X86_EFLAGS_TF: u64 = 1 << 8;
 const DR_STEP: c_ulong = 1 << 14;
 /// The length of a direct call (`e8 rel32`), the only kind of call with a post-site.
 const CALL_LEN: u64 = 5;
-/// Steps allowed from the arming trampoline back to the call site: its `ret` (through
-/// the return thunk this CPU uses, a few instructions).
+/// Steps allowed from the arming trampoline back to the call site: its return
+/// (`RET_UNCALLED` in `trampoline.S`: three instructions).
 const RESUME_STEPS: u8 = 24;
 
 /// Set once fctrace has set the trap flag of a task since the module was loaded: from
