@@ -312,7 +312,7 @@ impl Tracer {
                 }
                 let a = resolve_target(t, regs, site);
                 // An indirect jump inside the function is a jump table, not a tail call.
-                if a.is_some_and(|a| a >= site.func && a < site.func_end) {
+                if a.is_some_and(|a| site.in_func(a)) {
                     return Done(0);
                 }
                 (a, true, !matches!(t, Target::Direct(_)))

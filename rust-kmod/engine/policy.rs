@@ -136,9 +136,13 @@ const DENIED: &[&[u8]] = &[
 /// fctrace's and with no lock arming needs; and lib/rbtree's red-black tree API, whose
 /// names the ring buffer's `rb_*` pattern also matches. Neither the probe handlers nor
 /// the ring buffer use rbtrees; arming (vmalloc) may, but a task's own hits while it arms
-/// are ignored like any others.
+/// are ignored like any others. And `__static_call_return0()`, the `return 0` that static
+/// calls without a function call (`cond_resched()` under full or lazy preemption; with
+/// call-depth tracking a real call, elsewhere `xor %eax, %eax` in place): no code
+/// patching runs in it, and function_graph shows it.
 const NOT_DENIED: &[&[u8]] = &[
     b"ftrace_graph_init_task",
+    b"__static_call_return0",
     b"rb_insert_color",
     b"rb_erase",
     b"__rb_erase_color",

@@ -62,6 +62,10 @@ pub(crate) struct SiteData {
     /// The function the site is in, and its end.
     pub(crate) func: u64,
     pub(crate) func_end: u64,
+    /// The function's cold part (GCC's `f.cold`, which its jumps enter and leave as its
+    /// own code): start and end, equal when it has none.
+    pub(crate) cold: u64,
+    pub(crate) cold_end: u64,
     /// The instruction's address and length.
     pub(crate) addr: u64,
     pub(crate) len: u8,
@@ -87,6 +91,14 @@ pub(crate) struct SiteData {
     /// registers at the site (`emulate::Program::site_slot`), when the instructions before
     /// it tell: the slot of the ops table the call goes through (see `wait/`).
     pub(crate) slot: Option<emulate::SiteSlot>,
+}
+
+impl SiteData {
+    /// Whether `addr` is in the code of the site's function (its cold part included): a
+    /// jump there is no tail call.
+    pub(crate) fn in_func(&self, addr: u64) -> bool {
+        (addr >= self.func && addr < self.func_end) || (addr >= self.cold && addr < self.cold_end)
+    }
 }
 
 /// Why a callee has an entry probe.

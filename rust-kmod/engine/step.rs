@@ -232,7 +232,7 @@ impl Tracer {
         if let Some((p, t)) = prog.and_then(|p| Some((p, p.target(&PreSiteRegs(regs))?))) {
             let tail = !matches!(site.kind, SiteKind::Call(_));
             // An indirect jump inside the function: a jump table.
-            if tail && t >= site.func && t < site.func_end {
+            if tail && site.in_func(t) {
                 return 0;
             }
             let state = self.table.lookup(t);

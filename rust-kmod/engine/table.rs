@@ -74,6 +74,9 @@ struct Entry {
     end: AtomicU64,
     /// Its `args` spec (`crate::args::spec`; 0: not known).
     args: AtomicU32,
+    /// Where its cold part (GCC's `f.cold`) starts, and its size (0: none known).
+    cold: AtomicU64,
+    cold_len: AtomicU32,
 }
 
 pub(crate) struct FuncTable {
@@ -143,6 +146,8 @@ impl FuncTable {
                     last: AtomicU64::new(0),
                     end: AtomicU64::new(0),
                     args: AtomicU32::new(0),
+                    cold: AtomicU64::new(0),
+                    cold_len: AtomicU32::new(0),
                 },
                 GFP_KERNEL,
             )?;
@@ -246,14 +251,27 @@ impl FuncTable {
         }
     }
 
-    /// Whether `addr` lies in the code of `func`, an armed function (false if its end is
-    /// not known).
+    /// Notes an armed function's cold part, `len` bytes at `start`. With the mutex held.
+    pub(crate) fn set_cold(&self, id: EntryId, start: u64, len: u32) {
+        if let Some(e) = self.entry(id) {
+            e.cold_len.store(0, Ordering::Release);
+            e.cold.store(start, Ordering::Release);
+            e.cold_len.store(len, Ordering::Release);
+        }
+    }
+
+    /// Whether `addr` lies in the code of `func`, an armed function, or in its cold part
+    /// (false if its end is not known).
     pub(crate) fn contains(&self, func: u64, addr: u64) -> bool {
-        let end = self
-            .find(func)
-            .and_then(|i| self.entry(i))
-            .map_or(0, |e| e.end.load(Ordering::Acquire));
-        addr >= func && addr < end
+        let Some(e) = self.find(func).and_then(|i| self.entry(i)) else {
+            return false;
+        };
+        if addr >= func && addr < e.end.load(Ordering::Acquire) {
+            return true;
+        }
+        let len = u64::from(e.cold_len.load(Ordering::Acquire));
+        let cold = e.cold.load(Ordering::Acquire);
+        len != 0 && addr >= cold && addr - cold < len
     }
 
     /// Records `func`'s state; its entry, or `None` if the table is full. With the mutex
@@ -335,6 +353,8 @@ impl FuncTable {
             e.last.store(0, Ordering::Relaxed);
             e.end.store(0, Ordering::Relaxed);
             e.args.store(0, Ordering::Relaxed);
+            e.cold.store(0, Ordering::Relaxed);
+            e.cold_len.store(0, Ordering::Relaxed);
         }
         self.used.store(0, Ordering::Relaxed);
     }

@@ -190,6 +190,22 @@ pub fn parse_sprint_symbol(s: &str) -> Option<SymbolInfo<'_>> {
     })
 }
 
+/// Whether the symbol `part` names the cold part of the function `func`, where GCC puts
+/// its unlikely paths: `func.cold` or `func.cold.N` (`func` may be a clone itself,
+/// `f.isra.0`).
+pub fn is_cold_part(part: &[u8], func: &[u8]) -> bool {
+    let Some(rest) = part
+        .strip_prefix(func)
+        .and_then(|r| r.strip_prefix(b".cold"))
+    else {
+        return false;
+    };
+    match rest.strip_prefix(b".") {
+        None => rest.is_empty(),
+        Some(n) => !n.is_empty() && n.iter().all(u8::is_ascii_digit),
+    }
+}
+
 /// Glob matching as in ftrace filters: `*` matches any run, `?` one character, everything
 /// else itself.
 pub fn glob_match(pat: &[u8], s: &[u8]) -> bool {
@@ -491,5 +507,26 @@ mod tests {
         assert_eq!(parse_option(b"irqs lossless"), Err(ParseError::Invalid));
         assert_eq!(parse_option(b"nosuch"), Err(ParseError::Invalid));
         assert_eq!(parse_option(b""), Err(ParseError::Invalid));
+    }
+
+    #[test]
+    fn cold_parts() {
+        // Names from Debian's 7.3.4 kallsyms.
+        assert!(is_cold_part(
+            b"flush_tlb_mm_range.cold",
+            b"flush_tlb_mm_range"
+        ));
+        assert!(is_cold_part(
+            b"__check_object_size.cold",
+            b"__check_object_size"
+        ));
+        assert!(is_cold_part(b"f.isra.0.cold", b"f.isra.0"));
+        assert!(is_cold_part(b"f.cold.12", b"f"));
+        assert!(!is_cold_part(b"f.cold.", b"f"));
+        assert!(!is_cold_part(b"f.cold.1x", b"f"));
+        assert!(!is_cold_part(b"f.isra.0.cold", b"f"));
+        assert!(!is_cold_part(b"fg.cold", b"f"));
+        assert!(!is_cold_part(b"f.coldx", b"f"));
+        assert!(!is_cold_part(b"f", b"f"));
     }
 }

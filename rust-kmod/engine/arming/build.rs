@@ -55,9 +55,14 @@ fn straight_program(
 
 /// What the second pass over a function's code knows of it, for [`Tracer::site_probes`].
 struct FuncScan<'a> {
+    /// The function whose sites these are, its end and its cold part's range (empty when
+    /// it has none).
+    func: u64,
+    func_end: u64,
+    cold: (u64, u64),
+    /// The code scanned, at `start`: the function's own, or its cold part's.
     code: &'a [u8],
     start: u64,
-    end: u64,
     /// Where the body starts (after the ftrace site).
     body: u32,
     /// Pre-sites may be used (memory for them, no exception table entry).
@@ -83,6 +88,22 @@ impl Tracer {
     ) -> core::result::Result<Func, Reason> {
         let code = self.func_code(inner, start, size)?;
         let end = start + size;
+        // GCC moves a function's unlikely paths into a part of its own, `f.cold` (also
+        // `f.cold.N`, `f.isra.0.cold`), which its jumps enter and leave: the same frame,
+        // the function's own code, with calls of its own (`flush_tlb_mm_range()`'s remote
+        // flush: `native_flush_tlb_multi()`). Known by its name, from the first jump into
+        // it; its sites are the function's.
+        let mut name: KVec<u8> = KVec::new();
+        if let Some(i) = sym.lookup(start) {
+            if name
+                .extend_from_slice(i.name.as_bytes(), GFP_KERNEL)
+                .is_err()
+            {
+                name = KVec::new();
+            }
+        }
+        let mut cold: Option<(u64, u64)> = None;
+        let mut cold_code: Option<KVVec<u8>> = None;
         // The ftrace site, if any: where the body starts after it. A function without one
         // (`notrace`) may start with an ordinary call, which is a call site.
         let site = site_offset(&code, start, sym);
@@ -151,7 +172,23 @@ impl Tracer {
                         let _ = fixed.push(t, GFP_KERNEL);
                     }
                 }
-                let kind = branch_site(insn.flow, start..end, sym, &thunks);
+                if pass == 0 && cold.is_none() && !name.is_empty() {
+                    if let Flow::Jmp(t) | Flow::Jcc(t, _) = insn.flow {
+                        if !(start..end).contains(&t) {
+                            cold = sym
+                                .lookup(t)
+                                .filter(|i| {
+                                    parse::is_cold_part(i.name.as_bytes(), &name)
+                                        && i.size > 0
+                                        && i.size <= MAX_FUNC_SIZE
+                                })
+                                .map(|i| (t - i.offset, t - i.offset + i.size));
+                        }
+                    }
+                }
+                let (cs, ce) = cold.unwrap_or((end, end));
+                let inside = |t: u64| (start..end).contains(&t) || (cs..ce).contains(&t);
+                let kind = branch_site(insn.flow, inside, sym, &thunks);
                 let Some(kind) = kind else { return };
                 if pass == 0 {
                     if let Some(c) = kind.direct_callee() {
@@ -168,9 +205,11 @@ impl Tracer {
                 n += 1;
                 if pass == 1 {
                     let scan = FuncScan {
+                        func: start,
+                        func_end: end,
+                        cold: (cs, ce),
                         code: &code,
                         start,
-                        end,
                         body,
                         presites_ok,
                         steps: &steps,
@@ -183,6 +222,70 @@ impl Tracer {
             });
             if res.is_err() || bad {
                 return Err(Reason::Unprobeable);
+            }
+            // The cold part: its sites (never from pre-sites: its code is not in `steps`),
+            // its callees, and where it jumps back into the function (no pre-site's run
+            // may span such a target).
+            if let Some((cs, ce)) = cold {
+                if cold_code.is_none() {
+                    cold_code = Some(self.func_code(inner, cs, ce - cs)?);
+                }
+                let ccode = cold_code.as_deref().unwrap_or(&[]);
+                let inside = |t: u64| (start..end).contains(&t) || (cs..ce).contains(&t);
+                let mut padding = Padding::default();
+                let res = decode::scan(ccode, cs, |off, insn| {
+                    let addr = cs + u64::from(off);
+                    if padding.foreign_int3(insn.flow, ccode, off) {
+                        bad = true;
+                        return;
+                    }
+                    if pass == 0 {
+                        let at = ccode.get(off as usize..).unwrap_or(&[]);
+                        if let Some(t) = decode::loaded_address(at, addr) {
+                            let _ = fixed.push(t, GFP_KERNEL);
+                        }
+                        if let Flow::Jmp(t) | Flow::Jcc(t, _) = insn.flow {
+                            if (start..end).contains(&t) {
+                                presites_ok &=
+                                    jump_targets.push((t - start) as u32, GFP_KERNEL).is_ok();
+                            }
+                        }
+                    }
+                    let Some(kind) = branch_site(insn.flow, inside, sym, &thunks) else {
+                        return;
+                    };
+                    if pass == 0 {
+                        if let Some(c) = kind.direct_callee() {
+                            let tail = !matches!(kind, SiteKind::Call(_));
+                            let _ = callees.push((c, tail), GFP_KERNEL);
+                        }
+                    } else if kind
+                        .direct_callee()
+                        .is_some_and(|c| self.hooks.bits(c) & HOOK_ENTRY != 0)
+                    {
+                        return;
+                    }
+                    n += 1;
+                    if pass == 1 {
+                        let scan = FuncScan {
+                            func: start,
+                            func_end: end,
+                            cold: (cs, ce),
+                            code: ccode,
+                            start: cs,
+                            body: 0,
+                            presites_ok: false,
+                            steps: &[],
+                            jump_targets: &[],
+                            leaf_callees: &leaf_callees,
+                            static_calls: &inner.static_calls,
+                        };
+                        self.site_probes(&scan, 0, off, insn, kind, &mut fixed, &mut sites);
+                    }
+                });
+                if res.is_err() || bad {
+                    return Err(Reason::Unprobeable);
+                }
             }
             if pass == 0 {
                 crate::sort::sort(&mut jump_targets);
@@ -210,6 +313,7 @@ impl Tracer {
             entry: 0,
             pinned: false,
             end,
+            cold: cold.unwrap_or((0, 0)),
             hooked_callees,
             fixed_callees,
         };
@@ -417,8 +521,10 @@ impl Tracer {
             _ => 0,
         };
         let data = SiteData {
-            func: start,
-            func_end: s.end,
+            func: s.func,
+            func_end: s.func_end,
+            cold: s.cold.0,
+            cold_end: s.cold.1,
             addr,
             len: insn.len,
             kind,

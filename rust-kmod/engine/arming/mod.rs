@@ -49,6 +49,8 @@ pub(crate) struct Func {
     pub(crate) pinned: bool,
     /// The end of its code.
     pub(crate) end: u64,
+    /// Its cold part (`f.cold`): start and end, `(0, 0)` when it has none.
+    pub(crate) cold: (u64, u64),
     /// Its direct callees with an entry hook (their call sites carry no probe).
     pub(crate) hooked_callees: KVec<u64>,
     /// The targets of its calls through global function pointers, read when it was armed
@@ -107,6 +109,8 @@ impl Tracer {
                 f.entry = entry;
                 f.pinned = root;
                 self.table.set_end(entry, f.end);
+                self.table
+                    .set_cold(entry, f.cold.0, (f.cold.1 - f.cold.0) as u32);
                 self.table.touch(entry);
             }
             // Nothing below it is known to be armed (unless it calls nothing directly): a
@@ -211,8 +215,14 @@ impl Tracer {
         let mut leaf = true;
         let res = decode::scan(code, c, |off, insn| {
             let foreign = padding.foreign_int3(insn.flow, code, off);
-            leaf &=
-                !foreign && branch_site(insn.flow, c..c + size, &mut sym, &inner.thunks).is_none();
+            leaf &= !foreign
+                && branch_site(
+                    insn.flow,
+                    |t| (c..c + size).contains(&t),
+                    &mut sym,
+                    &inner.thunks,
+                )
+                .is_none();
         });
         res.is_ok() && leaf
     }
@@ -280,7 +290,12 @@ impl Tracer {
                 return;
             }
             bad |= foreign;
-            let Some(kind) = branch_site(insn.flow, f..f + size, sym, &inner.thunks) else {
+            let Some(kind) = branch_site(
+                insn.flow,
+                |t| (f..f + size).contains(&t),
+                sym,
+                &inner.thunks,
+            ) else {
                 return;
             };
             if let Some(c) = kind.direct_callee() {
@@ -544,11 +559,11 @@ impl Padding {
 /// instrumentation, and branches inside the function.
 fn branch_site(
     flow: Flow,
-    func: core::ops::Range<u64>,
+    inside: impl Fn(u64) -> bool,
     sym: &mut SymBuf,
     thunks: &Thunks,
 ) -> Option<SiteKind> {
-    let outside = |t: u64| !func.contains(&t);
+    let outside = |t: u64| !inside(t);
     match flow {
         Flow::Call(t) => {
             classify_direct(t, Branch::Call, sym, thunks).and_then(|c| site_kind(c, SiteKind::Call))
