@@ -28,6 +28,10 @@ pub const MAX_THUNK_ARRAYS: usize = 4;
 /// The longest padding before a function (`CONFIG_FUNCTION_PADDING_BYTES` is 16; 64
 /// with `CONFIG_FUNCTION_ALIGNMENT_64B`).
 pub const MAX_PADDING: u64 = 64;
+/// The padding call-depth tracking writes its accounting thunk into
+/// (`CONFIG_FUNCTION_PADDING_BYTES`), also before assembly functions, whose padding has no
+/// `__pfx_` symbol (`preempt_schedule_thunk`, `memmove`).
+pub const CALL_PADDING: u64 = 16;
 
 /// What [`Text::symbol`] knows about the symbol containing an address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,8 +155,9 @@ impl Thunks {
     /// - A jump to a known return thunk, or to code that starts with `ret`, is a return.
     /// - A branch into a slot of a known thunk array, or to code that starts with
     ///   `jmp *%reg` (an ITS thunk, which may have no symbol), goes through that register.
-    /// - A call into a function's padding (`__pfx_f`) whose code falls through into `f`
-    ///   with no branch (call-depth tracking's accounting thunk) is a call of `f`.
+    /// - A call into a function's padding (`__pfx_f`, or the last [`CALL_PADDING`] bytes
+    ///   before `f` where it has no such symbol) whose code falls through into `f` with no
+    ///   branch (call-depth tracking's accounting thunk) is a call of `f`.
     /// - Anything else is a direct branch to `t`.
     pub fn classify(&self, text: &mut impl Text, b: Branch, t: u64) -> Class {
         if b == Branch::Jump && self.is_return(t) {
@@ -180,14 +185,23 @@ impl Thunks {
     }
 }
 
-/// The function a call to `t` reaches when `t` is inside its padding and the code from
+/// The function a call to `t` reaches when `t` is inside its padding (its `__pfx_`
+/// symbol, or the last [`CALL_PADDING`] bytes of the symbol before it) and the code from
 /// `t` runs into it without a branch.
 fn padding_callee(text: &mut impl Text, t: u64) -> Option<u64> {
     let sym = text.symbol(t)?;
-    if !sym.padding || sym.offset >= sym.size || sym.size > MAX_PADDING {
+    if sym.offset >= sym.size {
         return None;
     }
     let f = t.checked_sub(sym.offset)?.checked_add(sym.size)?;
+    let ok = if sym.padding {
+        sym.size <= MAX_PADDING
+    } else {
+        f - t <= CALL_PADDING
+    };
+    if !ok || !matches!(text.symbol(f), Some(s) if s.offset == 0 && !s.padding) {
+        return None;
+    }
     let len = f.checked_sub(t)? as usize;
     let mut code = [0u8; MAX_PADDING as usize];
     let code = code.get_mut(..len)?;
@@ -203,6 +217,25 @@ fn padding_callee(text: &mut impl Text, t: u64) -> Option<u64> {
         off = off.checked_add(usize::from(insn.len))?;
     }
     (off == len).then_some(f)
+}
+
+/// Where the straight run of instructions (no branch) that ends exactly at `f` starts in
+/// `before`, the bytes just before `f`: the lowest such address, `None` when the byte
+/// before `f` ends no such run. Where calls of an assembly function may point with
+/// call-depth tracking (its padding has no `__pfx_` symbol to say where it starts).
+pub fn straight_start(before: &[u8], f: u64) -> Option<u64> {
+    let len = before.len();
+    (0..len).find_map(|k| {
+        let mut off = k;
+        while off < len {
+            let insn = decode(before.get(off..)?, f.wrapping_sub((len - off) as u64)).ok()?;
+            if insn.flow != Flow::Next {
+                return None;
+            }
+            off = off.checked_add(usize::from(insn.len))?;
+        }
+        (off == len).then(|| f.wrapping_sub((len - k) as u64))
+    })
 }
 
 #[cfg(test)]
@@ -292,14 +325,33 @@ mod tests {
     }
 
     #[test]
-    fn a_symbol_that_is_not_padding_is_not_followed_through() {
-        let mut t = padded(&[]);
-        t.syms[0].2 = false;
+    fn padding_without_a_symbol_is_followed_through_its_last_bytes_only() {
+        // Debian's 7.3.4 (model 5, retbleed=stuff), live: the 16 bytes before
+        // preempt_schedule_thunk (assembly: no `__pfx_` symbol; they end the symbol
+        // before) and its first instructions. Its callers point at F - 9.
+        let mut c = [0x90u8; 7].to_vec();
+        c.extend_from_slice(&[0x65, 0x48, 0xc1, 0x3d, 0x30, 0x8b, 0xca, 0x02, 0x05]);
+        c.extend_from_slice(&[0x55, 0x48, 0x89, 0xe5, 0x57, 0x56, 0x52, 0x51]);
+        let mut t = Fake::default();
+        t.code.insert(F - 48, [0x90u8; 32].to_vec());
+        t.code.insert(F - 16, c.clone());
+        t.syms.push((F - 0x400, 0x400, false));
+        t.syms.push((F, 0x30, false));
         let th = Thunks::new();
+        assert_eq!(th.classify(&mut t, Branch::Call, F - 9), Class::Direct(F));
+        assert_eq!(th.classify(&mut t, Branch::Call, F - 16), Class::Direct(F));
+        // Further back is the function before, not padding.
+        assert_eq!(
+            th.classify(&mut t, Branch::Call, F - 17),
+            Class::Direct(F - 17)
+        );
+        // The function before ends in a branch: not a fall-through.
+        t.code.insert(F - 16, [&[0xc3u8][..], &c[1..]].concat());
         assert_eq!(
             th.classify(&mut t, Branch::Call, F - 16),
             Class::Direct(F - 16)
         );
+        assert_eq!(th.classify(&mut t, Branch::Call, F - 9), Class::Direct(F));
     }
 
     #[test]
@@ -374,5 +426,20 @@ mod tests {
             th.classify(&mut t, Branch::Jump, 0x1234),
             Class::Direct(0x1234)
         );
+    }
+
+    #[test]
+    fn straight_runs_into_a_function() {
+        // Debian's 7.3.4, model 5: nops and the accounting thunk before
+        // preempt_schedule_thunk.
+        let mut b = [0x90u8; 7].to_vec();
+        b.extend_from_slice(&[0x65, 0x48, 0xc1, 0x3d, 0x30, 0x8b, 0xca, 0x02, 0x05]);
+        assert_eq!(straight_start(&b, F), Some(F - 16));
+        // A function's last `ret` three bytes before: the run starts after it.
+        let mut r = [0x90u8; 16];
+        r[12] = 0xc3;
+        assert_eq!(straight_start(&r, F), Some(F - 3));
+        // int3 padding: no run.
+        assert_eq!(straight_start(&[0xcc; 16], F), None);
     }
 }

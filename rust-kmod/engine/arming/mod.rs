@@ -24,7 +24,7 @@ use crate::ksym::SymBuf;
 use crate::parse::{self, FilterVerdict, OptionName};
 use crate::presite;
 use crate::record::Reason;
-use crate::thunks::{Branch, Class, SymInfo, Text, Thunks};
+use crate::thunks::{Branch, Class, SymInfo, Text, Thunks, CALL_PADDING};
 use core::sync::atomic::Ordering;
 use kernel::alloc::{KVVec, KVec};
 use kernel::prelude::*;
@@ -500,10 +500,18 @@ pub(crate) fn body_start(func: u64, sym: &mut SymBuf) -> Option<u64> {
 /// kernel points direct calls, static calls among them, at the callee's padding
 /// (`__pfx_<func>`), where its accounting thunk falls through into it.
 pub(crate) fn call_range(func: u64, sym: &mut SymBuf) -> core::ops::RangeInclusive<u64> {
-    match sym.lookup(func - 1) {
-        Some(i) if i.name.starts_with("__pfx_") && i.offset < 64 => (func - 1 - i.offset)..=func,
-        _ => func..=func,
+    if let Some(i) = sym.lookup(func - 1) {
+        if i.name.starts_with("__pfx_") && i.offset < 64 {
+            return (func - 1 - i.offset)..=func;
+        }
     }
+    // An assembly function's padding has no symbol (`preempt_schedule_thunk`, `memmove`):
+    // its last bytes, as far as they run straight into the function.
+    let mut before = [0u8; CALL_PADDING as usize];
+    let start = read_kernel(func - CALL_PADDING, &mut before)
+        .then(|| crate::thunks::straight_start(&before, func))
+        .flatten();
+    start.unwrap_or(func)..=func
 }
 
 /// The ftrace site of the function at `func`: its first instruction after `endbr64`, a
