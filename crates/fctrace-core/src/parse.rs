@@ -206,6 +206,18 @@ pub fn is_cold_part(part: &[u8], func: &[u8]) -> bool {
     }
 }
 
+/// Whether the symbol `name` is a function's cold part (`f.cold`, `f.cold.N`).
+pub fn is_cold_name(name: &[u8]) -> bool {
+    let digits = name.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+    let rest = match name.len() - digits {
+        // `f.cold.N`: the digits after a dot
+        n if digits > 0 => name.get(..n).and_then(|r| r.strip_suffix(b".")),
+        _ => Some(name),
+    };
+    rest.and_then(|r| r.strip_suffix(b".cold"))
+        .is_some_and(|f| !f.is_empty())
+}
+
 /// Glob matching as in ftrace filters: `*` matches any run, `?` one character, everything
 /// else itself.
 pub fn glob_match(pat: &[u8], s: &[u8]) -> bool {
@@ -528,5 +540,10 @@ mod tests {
         assert!(!is_cold_part(b"fg.cold", b"f"));
         assert!(!is_cold_part(b"f.coldx", b"f"));
         assert!(!is_cold_part(b"f", b"f"));
+        assert!(is_cold_name(b"flush_tlb_mm_range.cold"));
+        assert!(is_cold_name(b"f.isra.0.cold.3"));
+        assert!(!is_cold_name(b".cold"));
+        assert!(!is_cold_name(b"cold_start"));
+        assert!(!is_cold_name(b"f.cold.x"));
     }
 }

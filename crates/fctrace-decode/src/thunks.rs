@@ -197,7 +197,8 @@ fn padding_callee(text: &mut impl Text, t: u64) -> Option<u64> {
     let ok = if sym.padding {
         sym.size <= MAX_PADDING
     } else {
-        f - t <= CALL_PADDING
+        // (Not a call of a symbol's start: a short function that runs into the next.)
+        sym.offset != 0 && f - t <= CALL_PADDING
     };
     if !ok || !matches!(text.symbol(f), Some(s) if s.offset == 0 && !s.padding) {
         return None;

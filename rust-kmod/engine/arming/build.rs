@@ -77,7 +77,9 @@ struct FuncScan<'a> {
 }
 
 impl Tracer {
-    /// Decodes the live code of the function at `start` and registers its probes.
+    /// Decodes the live code of the function at `start` and registers its probes. Where
+    /// its cold part cannot be read or decoded (or someone else probes it), the function
+    /// is armed without it: its jumps there are tail calls not followed, as before.
     pub(super) fn build_func(
         &self,
         inner: &mut TracerInner,
@@ -86,6 +88,29 @@ impl Tracer {
         sym: &mut SymBuf,
         hook_self: bool,
     ) -> core::result::Result<Func, Reason> {
+        let mut cold_failed = false;
+        match self.build_func_with(inner, start, size, sym, hook_self, &mut cold_failed) {
+            Err(_) if cold_failed => {
+                let mut again = true;
+                self.build_func_with(inner, start, size, sym, hook_self, &mut again)
+            }
+            r => r,
+        }
+    }
+
+    /// [`Tracer::build_func`], with the function's cold part unless `no_cold` is set on
+    /// entry; sets it when the cold part fails (before anything was hooked: the cold
+    /// part is read and decoded in the first pass, before the callees are hooked).
+    fn build_func_with(
+        &self,
+        inner: &mut TracerInner,
+        start: u64,
+        size: u64,
+        sym: &mut SymBuf,
+        hook_self: bool,
+        no_cold: &mut bool,
+    ) -> core::result::Result<Func, Reason> {
+        let skip_cold = *no_cold;
         let code = self.func_code(inner, start, size)?;
         let end = start + size;
         // GCC moves a function's unlikely paths into a part of its own, `f.cold` (also
@@ -172,7 +197,7 @@ impl Tracer {
                         let _ = fixed.push(t, GFP_KERNEL);
                     }
                 }
-                if pass == 0 && cold.is_none() && !name.is_empty() {
+                if pass == 0 && !skip_cold && cold.is_none() && !name.is_empty() {
                     if let Flow::Jmp(t) | Flow::Jcc(t, _) = insn.flow {
                         if !(start..end).contains(&t) {
                             cold = sym
@@ -228,7 +253,13 @@ impl Tracer {
             // may span such a target).
             if let Some((cs, ce)) = cold {
                 if cold_code.is_none() {
-                    cold_code = Some(self.func_code(inner, cs, ce - cs)?);
+                    match self.func_code(inner, cs, ce - cs) {
+                        Ok(c) => cold_code = Some(c),
+                        Err(e) => {
+                            *no_cold = true;
+                            return Err(e);
+                        }
+                    }
                 }
                 let ccode = cold_code.as_deref().unwrap_or(&[]);
                 let inside = |t: u64| (start..end).contains(&t) || (cs..ce).contains(&t);
@@ -284,6 +315,7 @@ impl Tracer {
                     }
                 });
                 if res.is_err() || bad {
+                    *no_cold = pass == 0;
                     return Err(Reason::Unprobeable);
                 }
             }

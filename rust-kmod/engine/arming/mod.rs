@@ -476,10 +476,11 @@ fn armable_size(inner: &TracerInner, sym: &mut SymBuf, f: u64, max: u64) -> Opti
 }
 
 /// Whether the function `name` at `addr` is never probed: fctrace's own code, the deny
-/// list, a branch thunk.
+/// list, a branch thunk, a cold part.
 pub(crate) fn never_probed(inner: &TracerInner, addr: u64, name: &[u8]) -> bool {
     let in_self = crate::sys::addr_in_self(addr);
-    in_self || is_denied(name) || inner.thunks.is_thunk(addr)
+    // A cold part (`f.cold`) is part of its function, armed with it, never on its own.
+    in_self || is_denied(name) || inner.thunks.is_thunk(addr) || parse::is_cold_name(name)
 }
 
 /// The first instruction of a function after `endbr64` and the ftrace site: a probe there
@@ -500,15 +501,15 @@ pub(crate) fn body_start(func: u64, sym: &mut SymBuf) -> Option<u64> {
 /// kernel points direct calls, static calls among them, at the callee's padding
 /// (`__pfx_<func>`), where its accounting thunk falls through into it.
 pub(crate) fn call_range(func: u64, sym: &mut SymBuf) -> core::ops::RangeInclusive<u64> {
-    if let Some(i) = sym.lookup(func - 1) {
+    if let Some(i) = sym.lookup(func.wrapping_sub(1)) {
         if i.name.starts_with("__pfx_") && i.offset < 64 {
-            return (func - 1 - i.offset)..=func;
+            return func.wrapping_sub(1 + i.offset)..=func;
         }
     }
     // An assembly function's padding has no symbol (`preempt_schedule_thunk`, `memmove`):
     // its last bytes, as far as they run straight into the function.
     let mut before = [0u8; CALL_PADDING as usize];
-    let start = read_kernel(func - CALL_PADDING, &mut before)
+    let start = read_kernel(func.wrapping_sub(CALL_PADDING), &mut before)
         .then(|| crate::thunks::straight_start(&before, func))
         .flatten();
     start.unwrap_or(func)..=func
