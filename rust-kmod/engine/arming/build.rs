@@ -215,16 +215,7 @@ impl Tracer {
                 let inside = |t: u64| (start..end).contains(&t) || (cs..ce).contains(&t);
                 let kind = branch_site(insn.flow, inside, sym, &thunks);
                 let Some(kind) = kind else { return };
-                if pass == 0 {
-                    if let Some(c) = kind.direct_callee() {
-                        let tail = !matches!(kind, SiteKind::Call(_));
-                        // Without room, the site keeps its probe.
-                        let _ = callees.push((c, tail), GFP_KERNEL);
-                    }
-                } else if kind
-                    .direct_callee()
-                    .is_some_and(|c| self.hooks.bits(c) & HOOK_ENTRY != 0)
-                {
+                if !self.site_counts(pass, kind, &mut callees) {
                     return;
                 }
                 n += 1;
@@ -285,15 +276,7 @@ impl Tracer {
                     let Some(kind) = branch_site(insn.flow, inside, sym, &thunks) else {
                         return;
                     };
-                    if pass == 0 {
-                        if let Some(c) = kind.direct_callee() {
-                            let tail = !matches!(kind, SiteKind::Call(_));
-                            let _ = callees.push((c, tail), GFP_KERNEL);
-                        }
-                    } else if kind
-                        .direct_callee()
-                        .is_some_and(|c| self.hooks.bits(c) & HOOK_ENTRY != 0)
-                    {
+                    if !self.site_counts(pass, kind, &mut callees) {
                         return;
                     }
                     n += 1;
@@ -353,6 +336,22 @@ impl Tracer {
         // all the same (its frames close through their hooked returns).
         self.register_sites(inner, &mut func, sym);
         Ok(func)
+    }
+
+    /// Whether a site of kind `kind` counts in pass `pass` over a function's code: in
+    /// the first, always, and its direct callee (with whether it is tail-called) goes
+    /// into `callees` (without room, the site keeps its probe); in the second, not where
+    /// that callee has an entry hook now (the hook draws the call).
+    fn site_counts(&self, pass: u32, kind: SiteKind, callees: &mut KVec<(u64, bool)>) -> bool {
+        let callee = kind.direct_callee();
+        if pass == 0 {
+            if let Some(c) = callee {
+                let tail = !matches!(kind, SiteKind::Call(_));
+                let _ = callees.push((c, tail), GFP_KERNEL);
+            }
+            return true;
+        }
+        !callee.is_some_and(|c| self.hooks.bits(c) & HOOK_ENTRY != 0)
     }
 
     /// The live code of the function at `start`, `size` bytes, with the bytes of
