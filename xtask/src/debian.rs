@@ -31,11 +31,11 @@ use crate::util::{bail, cache_root, echo, note, repo_root, Result};
 
 /// The kernel: its ABI name (the release) and the version of its packages.
 pub const ABI: &str = "7.3.4+deb13-amd64";
-const KERNEL_VERSION: &str = "7.3.4-1~bpo13+1";
+pub const KERNEL_VERSION: &str = "7.3.4-1~bpo13+1";
 /// The source package's series (`linux-source-7.3`).
-const SERIES: &str = "7.3";
-const MIRROR: &str = "http://deb.debian.org/debian";
-const SOURCES: &str = "deb http://deb.debian.org/debian trixie main\n\
+pub const SERIES: &str = "7.3";
+pub const MIRROR: &str = "http://deb.debian.org/debian";
+pub const SOURCES: &str = "deb http://deb.debian.org/debian trixie main\n\
                        deb http://deb.debian.org/debian trixie-updates main\n\
                        deb http://deb.debian.org/debian trixie-backports main\n";
 
@@ -64,6 +64,7 @@ const TOOLS: &[&str] = &[
     "kmod",
     "cpio",
     "rustfmt",
+    "rsync",
 ];
 /// The packages unpacked (not installed: their scripts would make an initramfs) for the
 /// guest: the kernel image and its modules.
@@ -124,7 +125,11 @@ fn short_hash(data: &[u8]) -> String {
 /// Runs `script` with `sh -e` in the root, with `/proc` mounted for it alone (a private
 /// mount namespace) and apt non-interactive.
 fn in_root(script: &str) -> duct::Expression {
-    let root = root();
+    in_dir(&root(), script)
+}
+
+/// [`in_root`] in another root.
+pub fn in_dir(root: &Path, script: &str) -> duct::Expression {
     let wrapper = format!(
         "mount -t proc proc '{}/proc' && exec chroot '{}' /usr/bin/env -i \
          PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
@@ -284,7 +289,7 @@ fn ensure_tree() -> Result<PathBuf> {
 
 /// Copies the files of `src` (a directory tree) that are sources, not build products,
 /// to `dst`, writing only those that differ, so that their times tell Kbuild what changed.
-fn sync_sources(src: &Path, dst: &Path) -> Result<()> {
+pub(crate) fn sync_sources(src: &Path, dst: &Path) -> Result<()> {
     fs::create_dir_all(dst)?;
     for e in fs::read_dir(src)? {
         let e = e?;
@@ -347,6 +352,29 @@ pub fn build_modules() -> Result<(PathBuf, PathBuf)> {
         src.join("rust-kmod/fctrace.ko"),
         src.join("selftests/modules/fct_testmod.ko"),
     ))
+}
+
+/// kselftest's installation of the selftests for Debian's kernel, made in the root as a
+/// user makes it in a kernel tree (the selftests copied into the source's
+/// `tools/testing/selftests/fctrace`, `make ... TARGETS=fctrace install`, the selftests'
+/// module against the configured tree); returns its host path.
+pub fn kselftest_install() -> Result<PathBuf> {
+    kdir()?;
+    let selftests = format!("/usr/src/linux-source-{SERIES}/tools/testing/selftests");
+    sync_sources(
+        &repo_root().join("selftests"),
+        &root().join(format!("{}/fctrace", &selftests[1..])),
+    )?;
+    let script = format!(
+        "rm -rf /src/kselftest\n\
+         make -C {selftests} TARGETS=fctrace KDIR=/build/{ABI} KERNELRELEASE={ABI} \
+         MODULE_PAHOLE_FLAGS= INSTALL_PATH=/src/kselftest install >/dev/null\n"
+    );
+    note("kselftest: make TARGETS=fctrace install, in the Debian root");
+    in_root(&script)
+        .run()
+        .map_err(|e| format!("kselftest install: {e}"))?;
+    Ok(root().join("src/kselftest"))
 }
 
 /// What the initramfs needs for Debian's kernel besides the module: the selftests'
@@ -412,7 +440,7 @@ fn load_order(dep: &str, name: &str, order: &mut Vec<String>) -> Result<()> {
     Ok(())
 }
 
-fn xz_decompress(data: &[u8], what: &str) -> Result<Vec<u8>> {
+pub(crate) fn xz_decompress(data: &[u8], what: &str) -> Result<Vec<u8>> {
     let o = duct::cmd!("xz", "-dc")
         .stdin_bytes(data)
         .stdout_capture()

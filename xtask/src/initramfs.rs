@@ -5,11 +5,14 @@
 //! Contents:
 //! - `/bin/busybox` (host's busybox-static) plus a symlink per applet
 //! - `/init` = `scripts/guest/init`, `/scripts/*` = `scripts/guest/*`
+//! - `/usr/sbin/fctrace` = `scripts/fctrace` (the command)
 //! - `/lib/modules/fctrace.ko` (when built)
 //! - `/selftests` = `selftests/`
 //! - `/bin/<name>` for every `selftests/workloads/<name>.c`, built static for the guest's
 //!   target with the compiler the `cc` crate picks for it (`gcc -static -O2 -pthread`
 //!   here) into `target/fctrace/workloads/<name>`
+//! - `/kselftest`: kselftest's installation of the selftests, for `cargo xtask deb
+//!   --check`
 //! - `/run-script`: the script given to `vm --script` (if any); the kernel
 //!   command line then names it with `fctrace.script=/run-script`.
 //!
@@ -29,6 +32,14 @@ pub const BUSYBOX: &str = "/bin/busybox";
 pub const GUEST_SCRIPT: &str = "/run-script";
 /// The guest's target, for the programs built for it.
 const GUEST_TARGET: &str = "x86_64-unknown-linux-gnu";
+
+/// A directory the initramfs carries at `/kselftest` (kselftest's installation of the
+/// selftests, for `cargo xtask deb --check`).
+static KSELFTEST: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+pub fn set_kselftest(dir: &Path) {
+    *KSELFTEST.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.to_path_buf());
+}
 
 pub fn cmd() -> Result<i32> {
     crate::setup::ensure()?;
@@ -109,6 +120,12 @@ pub fn build(ko: Option<&Path>, script: Option<&Path>) -> Result<PathBuf> {
         0o755,
     );
     cpio.tree("scripts", &guest)?;
+    // The fctrace command, where the package installs it.
+    cpio.file(
+        "usr/sbin/fctrace",
+        fs::read(root.join("scripts/fctrace"))?,
+        0o755,
+    );
 
     match ko {
         Some(ko) => {
@@ -131,6 +148,14 @@ pub fn build(ko: Option<&Path>, script: Option<&Path>) -> Result<PathBuf> {
     }
     for (name, bin) in build_workloads(&selftests.join("workloads"))? {
         cpio.file(&format!("bin/{name}"), fs::read(bin)?, 0o755);
+    }
+
+    if let Some(dir) = KSELFTEST
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_deref()
+    {
+        cpio.tree(crate::test::KSELFTEST_DIR.trim_start_matches('/'), dir)?;
     }
 
     if let Some(script) = script {

@@ -12,6 +12,7 @@
 //! and SPDX lines that must agree with the sources.
 
 mod bench;
+mod deb;
 mod debian;
 mod demo;
 mod fmt;
@@ -83,6 +84,11 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Guest instructions per traced read, counted by a QEMU plugin, and where they go
     Icount(icount::IcountArgs),
+    /// Build the Debian package fctrace-dkms (target/fctrace/fctrace-dkms_<version>_all.deb)
+    ///
+    /// DKMS builds the module with it for each installed kernel built with Rust; it also
+    /// installs the fctrace command and its manual page.
+    Deb(deb::DebArgs),
     /// Format the workspace crates, xtask and the kernel module with rustfmt
     Fmt(fmt::FmtArgs),
 }
@@ -106,6 +112,7 @@ fn main() {
         Some(Command::Demo(opts)) => demo::cmd(opts),
         Some(Command::Bench(args)) => bench::cmd(args),
         Some(Command::Icount(args)) => icount::cmd(args),
+        Some(Command::Deb(args)) => deb::cmd(args),
         Some(Command::Fmt(args)) => fmt::cmd(args),
     };
     match result {

@@ -32,10 +32,25 @@ pub fn testmod_path() -> PathBuf {
     repo_root().join("selftests/modules/fct_testmod.ko")
 }
 
-/// Build the module and the selftests' module; returns the path of `fctrace.ko`.
+/// A `fctrace.ko` built elsewhere that the guest takes instead of the one built here
+/// (the one DKMS built from the package, for `cargo xtask deb --check`).
+static PREBUILT: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+pub fn set_prebuilt(ko: &Path) {
+    *PREBUILT.lock().unwrap_or_else(|e| e.into_inner()) = Some(ko.to_path_buf());
+}
+
+/// Build the module and the selftests' module; returns the path of `fctrace.ko` (or of
+/// the prebuilt one, see [`set_prebuilt`]).
 pub fn build(kdir: &Path) -> Result<PathBuf> {
+    let prebuilt = PREBUILT.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if crate::kernel::is_debian() {
-        return Ok(crate::debian::build_modules()?.0);
+        let built = crate::debian::build_modules()?.0;
+        return Ok(prebuilt.unwrap_or(built));
+    }
+    if let Some(ko) = prebuilt {
+        kbuild(kdir, &testmod_path())?;
+        return Ok(ko);
     }
     let ko = kbuild(kdir, &ko_path())?;
     kbuild(kdir, &testmod_path())?;

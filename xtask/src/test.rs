@@ -55,6 +55,10 @@ pub struct TestArgs {
     /// models, each cut short by its share of the budget, cover the suite together.
     #[arg(skip)]
     pub rotate: Option<(usize, usize)>,
+    /// Run the suite as kselftest installed it, in `/kselftest` of the initramfs
+    /// (`run_kselftest.sh`, whose KTAP nests fctracetest's): `cargo xtask deb --check`.
+    #[arg(skip)]
+    pub kselftest: bool,
 }
 
 /// A CPU model of the distro profile's matrix and what it makes the kernel choose.
@@ -227,6 +231,7 @@ impl TestArgs {
             budget: self.budget,
             model: None,
             rotate: None,
+            kselftest: self.kselftest,
             vm: VmOpts {
                 timeout: self.vm.timeout,
                 smp: self.vm.smp,
@@ -255,7 +260,9 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
         vm: mut opts,
         rotate,
         model: _,
+        kselftest,
     } = args;
+    let host = host && !kselftest;
     crate::kernel::set_debug(debug);
     if !(1..=8).contains(&jobs) {
         return Err("--jobs: 1 to 8 guests".into());
@@ -331,9 +338,14 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
         Some(p) => format!(" '{}'", p.replace('\'', r"'\''")),
         None => String::new(),
     };
+    let run = if kselftest {
+        format!("cd {KSELFTEST_DIR} || exit 1\n{SHARD_FROM_CMDLINE}exec ./run_kselftest.sh\n")
+    } else {
+        format!("cd /selftests || exit 1\n{SHARD_FROM_CMDLINE}exec sh ./fctracetest{arg}\n")
+    };
     write!(
         script,
-        "#!/bin/sh\n{PRINT_VULNERABILITIES}cd /selftests || exit 1\nexport FCTRACE_TEST_TIMEOUT={per_test}\n{debug_env}{SHARD_FROM_CMDLINE}exec sh ./fctracetest{arg}\n"
+        "#!/bin/sh\n{PRINT_VULNERABILITIES}export FCTRACE_TEST_TIMEOUT={per_test}\n{debug_env}{run}"
     )?;
     script.flush()?;
     let (kdir, initrd) = vm::prepare(true, Some(script.path()))?;
@@ -397,7 +409,11 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
         .iter()
         .zip(&cut)
         .map(|(r, &c)| {
-            let mut k = parse_ktap(&r.console);
+            let mut k = if kselftest {
+                parse_ktap(&kselftest_inner(&r.console))
+            } else {
+                parse_ktap(&r.console)
+            };
             k.cut = c;
             k
         })
@@ -518,6 +534,32 @@ pub struct Ktap {
     /// Stopped by `--budget`: tests planned but not reported are skipped, not failed.
     /// After [`Ktap::merge`]: some part was.
     pub cut: bool,
+}
+
+/// Where `cargo xtask deb --check` puts kselftest's installation in the initramfs.
+pub const KSELFTEST_DIR: &str = "/kselftest";
+
+/// fctracetest's own KTAP out of `run_kselftest.sh`'s console: the runner prints it
+/// nested, each line behind `# `, under its own plan and one result line for the whole
+/// target (`ok 1 selftests: fctrace: fctracetest-ktap`). The runner's own lines are left
+/// out (a run that stopped early lacks fctracetest's totals); kernel messages stay.
+pub fn kselftest_inner(console: &str) -> String {
+    let mut out = String::new();
+    for l in console.lines() {
+        if let Some(inner) = l.strip_prefix("# ") {
+            out.push_str(inner);
+        } else if l.starts_with("ok ")
+            || l.starts_with("not ok ")
+            || l.starts_with("TAP version")
+            || l.starts_with("1..")
+        {
+            continue;
+        } else {
+            out.push_str(l);
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// The guest script's way to its shard: `fctrace.shard=i/N` on the kernel command line
@@ -855,6 +897,19 @@ FCTRACE-EXIT: 1
         for (i, c) in MATRIX.iter().enumerate() {
             assert_eq!(row(c.cpu, c.append, c.threads), Some(Some(i)));
         }
+    }
+
+    #[test]
+    fn kselftest_nesting() {
+        let console = "TAP version 13\n1..1\n# timeout set to 0\n# selftests: fctrace: fctracetest-ktap\n\
+                       # KTAP version 1\n# 1..2\n# # planned: a.tc b.tc\n[    1.000] a kernel line\n\
+                       # ok 1 a.tc: A\n# not ok 2 b.tc: B\n# # Totals: pass:1 fail:1 skip:0\n\
+                       not ok 1 selftests: fctrace: fctracetest-ktap # exit=1\n";
+        let k = parse_ktap(&kselftest_inner(console));
+        assert!(k.finished());
+        assert_eq!(k.results, 2);
+        assert_eq!(k.failed_names, vec![(2, "b.tc: B".to_string())]);
+        assert!(kselftest_inner(console).contains("[    1.000] a kernel line"));
     }
 
     #[test]
