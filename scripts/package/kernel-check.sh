@@ -2,8 +2,8 @@
 #
 # fctrace_check KERNELRELEASE: whether fctrace.ko can be built here for that kernel.
 # Prints nothing and succeeds if it can; else prints, in one line, why not and what
-# to install, and fails. Sourced by the package's maintainer scripts (the preinst
-# has a copy) and by dkms-build.
+# to install, and fails (under `set -e` too). Sourced by the package's maintainer
+# scripts (the preinst has a copy) and by dkms-build.
 #
 # A Debian kernel's headers have no Rust metadata (rust/*.rmeta, libmacros.so), so
 # the module needs the kernel's own source of the same version (linux-source-X.Y),
@@ -27,13 +27,13 @@ fctrace_check() {
 		fi
 	done
 	fc_want=$(sed -n 's/^CONFIG_RUSTC_VERSION_TEXT="\(.*\)"$/\1/p' "$fc_cfg")
-	fc_have=$(rustc --version 2>/dev/null)
+	fc_have=$(rustc --version 2>/dev/null || true)
 	if [ "$fc_have" != "$fc_want" ]; then
 		echo "$fc_k was built with $fc_want, but rustc here is ${fc_have:-missing}: install that rustc"
 		return 1
 	fi
 	fc_want=$(sed -n 's/^CONFIG_BINDGEN_VERSION_TEXT="\(.*\)"$/\1/p' "$fc_cfg")
-	fc_have=$(bindgen --version 2>/dev/null | head -n 1)
+	fc_have=$( (bindgen --version 2>/dev/null || true) | head -n 1)
 	if [ "$fc_have" != "$fc_want" ]; then
 		echo "$fc_k was built with $fc_want, but bindgen here is ${fc_have:-missing}: install that bindgen"
 		return 1
@@ -43,8 +43,8 @@ fctrace_check() {
 		echo "$fc_k needs its source for the Rust metadata its headers lack: install linux-source-$fc_series"
 		return 1
 	fi
-	fc_hv=$(dpkg-query -W -f '${Version}' "linux-headers-$fc_k" 2>/dev/null)
-	fc_sv=$(dpkg-query -W -f '${Version}' "linux-source-$fc_series" 2>/dev/null)
+	fc_hv=$(dpkg-query -W -f '${Version}' "linux-headers-$fc_k" 2>/dev/null || true)
+	fc_sv=$(dpkg-query -W -f '${Version}' "linux-source-$fc_series" 2>/dev/null || true)
 	if [ -n "$fc_hv" ] && [ "$fc_hv" != "$fc_sv" ]; then
 		echo "the headers of $fc_k are version $fc_hv, linux-source-$fc_series is ${fc_sv:-missing}: install linux-source-$fc_series=$fc_hv"
 		return 1

@@ -196,6 +196,13 @@ pub struct DebArgs {
     /// checks all run
     #[arg(long, value_name = "PATTERN")]
     pub tests: Option<String>,
+    /// With --check: the model of the CPU matrix the selftests run on (1 to 6)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub model: usize,
+    /// With --check: stop after SECS in all, the package check included (selftests not
+    /// reached are skipped)
+    #[arg(long, value_name = "SECS", value_parser = crate::util::secs)]
+    pub budget: Option<std::time::Duration>,
     #[command(flatten)]
     pub vm: crate::vm::VmOpts,
 }
@@ -354,9 +361,11 @@ pub fn cmd(args: DebArgs) -> Result<i32> {
         debug: false,
         jobs: args.jobs,
         test_timeout: None,
-        budget: None,
-        // the default CPU, checked as model 1 of the matrix
-        model: Some(1),
+        budget: args.budget.map(|b| {
+            b.saturating_sub(started.elapsed())
+                .max(std::time::Duration::from_secs(60))
+        }),
+        model: Some(args.model),
         vm: args.vm,
         rotate: None,
         kselftest: true,
