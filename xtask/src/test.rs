@@ -478,7 +478,11 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
         } else {
             format!(" (guest {})", i + 1)
         };
-        let not_run = not_reported(&r.console);
+        let not_run = if kselftest {
+            not_reported(&kselftest_inner(&r.console))
+        } else {
+            not_reported(&r.console)
+        };
         println!(
             "selftests{guest}: the budget ran out ({} s in all): {} tests not run (the first was running), counted as skipped: {}",
             budget.map_or(0, |b| b.as_secs()),
