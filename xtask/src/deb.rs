@@ -260,9 +260,11 @@ say "man fctrace: $(sed -n 4p /tmp/man.txt | sed 's/^ *//')"
 mv /usr/src/linux-source-@SERIES@.tar.xz /tmp/
 if r=$(fctrace_check @ABI@); then bad "no source, yet buildable"; fi
 echo "$r" | grep -q "install linux-source-@SERIES@" || bad "no source: $r"
-if dkms build -m fctrace -v @VERSION@ -k @ABI@ --force >/tmp/nosrc.log 2>&1; then bad "dkms built without the source"; fi
-grep -q "^fctrace: not built for @ABI@: .*linux-source-@SERIES@" /var/lib/dkms/fctrace/@VERSION@/build/make.log ||
-    bad "make.log: $(head -5 /var/lib/dkms/fctrace/@VERSION@/build/make.log)"
+# DKMS skips such a kernel (77), as it skips one without Rust: a failed build would
+# fail the kernel's own installation through DKMS's hooks.
+st=0
+dkms build -m fctrace -v @VERSION@ -k @ABI@ --force >/tmp/nosrc.log 2>&1 || st=$?
+[ $st = 77 ] || bad "dkms build without the source: status $st: $(tail -3 /tmp/nosrc.log)"
 say "no source: $r"
 mv /tmp/linux-source-@SERIES@.tar.xz /usr/src/
 rustc=$(command -v rustc)
