@@ -111,21 +111,13 @@ pub fn build() -> Result<PathBuf> {
         let from = repo.join(format!("crates/{c}/src"));
         crate::debian::sync_sources(&from, &src.join(format!("crates/{c}/src")))?;
     }
-    write(
-        &src.join("dkms.conf"),
-        script("dkms.conf", &version)?,
-        0o644,
-    )?;
-    write(
-        &src.join("dkms-build"),
-        script("dkms-build", &version)?,
-        0o755,
-    )?;
-    write(
-        &src.join("kernel-check.sh"),
-        script("kernel-check.sh", &version)?,
-        0o644,
-    )?;
+    for (name, mode) in [
+        ("dkms.conf", 0o644),
+        ("dkms-build", 0o755),
+        ("kernel-check.sh", 0o644),
+    ] {
+        write(&src.join(name), script(name, &version)?, mode)?;
+    }
     write(
         &stage.join("usr/sbin/fctrace"),
         fs::read(repo.join("scripts/fctrace"))?,
@@ -295,19 +287,13 @@ fn check_script(deb: &str, version: &str) -> String {
 
 /// A fresh trixie root for the package check (made again on every check).
 fn fresh_root() -> Result<PathBuf> {
-    use crate::debian::{MIRROR, SOURCES};
     let root = crate::util::cache_root().join("debian-pkgcheck");
     if root.exists() {
         fs::remove_dir_all(&root)?;
     }
     note(format!("debootstrap trixie into {}", root.display()));
-    duct::cmd!("debootstrap", "--variant=minbase", "trixie", &root, MIRROR)
-        .before_spawn(echo)
-        .stdout_null()
-        .run()
-        .map_err(|e| format!("debootstrap trixie: {e}"))?;
-    fs::write(root.join("etc/apt/sources.list"), SOURCES)?;
-    let _ = fs::copy("/etc/resolv.conf", root.join("etc/resolv.conf"));
+    crate::debian::debootstrap(&root)?;
+    crate::debian::apt_sources(&root)?;
     Ok(root)
 }
 

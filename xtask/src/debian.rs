@@ -34,8 +34,8 @@ pub const ABI: &str = "7.3.4+deb13-amd64";
 pub const KERNEL_VERSION: &str = "7.3.4-1~bpo13+1";
 /// The source package's series (`linux-source-7.3`).
 pub const SERIES: &str = "7.3";
-pub const MIRROR: &str = "http://deb.debian.org/debian";
-pub const SOURCES: &str = "deb http://deb.debian.org/debian trixie main\n\
+const MIRROR: &str = "http://deb.debian.org/debian";
+const SOURCES: &str = "deb http://deb.debian.org/debian trixie main\n\
                        deb http://deb.debian.org/debian trixie-updates main\n\
                        deb http://deb.debian.org/debian trixie-backports main\n";
 
@@ -152,6 +152,23 @@ pub fn in_dir(root: &Path, script: &str) -> duct::Expression {
     .before_spawn(echo)
 }
 
+/// A minimal trixie root in `dir` (`debootstrap --variant=minbase`).
+pub fn debootstrap(dir: &Path) -> Result<()> {
+    duct::cmd!("debootstrap", "--variant=minbase", "trixie", dir, MIRROR)
+        .before_spawn(echo)
+        .stdout_null()
+        .run()
+        .map_err(|e| format!("debootstrap trixie: {e}"))?;
+    Ok(())
+}
+
+/// The root's apt sources ([`SOURCES`]) and the host's resolver.
+pub fn apt_sources(root: &Path) -> Result<()> {
+    fs::write(root.join("etc/apt/sources.list"), SOURCES)?;
+    let _ = fs::copy("/etc/resolv.conf", root.join("etc/resolv.conf"));
+    Ok(())
+}
+
 fn ensure_root() -> Result<()> {
     let root = root();
     if root.join(ROOT_STAMP).exists() {
@@ -175,18 +192,13 @@ fn ensure_root() -> Result<()> {
             fs::remove_dir_all(&tmp)?;
         }
         note(format!("debootstrap trixie into {}", root.display()));
-        duct::cmd!("debootstrap", "--variant=minbase", "trixie", &tmp, MIRROR)
-            .before_spawn(echo)
-            .stdout_null()
-            .run()
-            .map_err(|e| format!("debootstrap trixie: {e}"))?;
+        debootstrap(&tmp)?;
         if root.exists() {
             fs::remove_dir_all(&root)?;
         }
         fs::rename(&tmp, &root)?;
     }
-    fs::write(root.join("etc/apt/sources.list"), SOURCES)?;
-    let _ = fs::copy("/etc/resolv.conf", root.join("etc/resolv.conf"));
+    apt_sources(&root)?;
     let pinned: Vec<String> = PINNED.iter().map(|(p, v)| format!("{p}={v}")).collect();
     let guest: Vec<String> = GUEST_PACKAGES
         .iter()
