@@ -266,7 +266,17 @@ echo "$r" | grep -q "rustc here is missing" || bad "no rustc: $r"
 say "no rustc: $r"
 mv /tmp/rustc.away "$rustc"
 
-# 4. Purged, nothing is left.
+# 4. The cache keeps what an installed kernel needs: DKMS's remove (POST_REMOVE) drops
+# the tree of a kernel whose headers are gone and a source no longer installed.
+mkdir -p /var/cache/fctrace/6.99.0-gone /var/cache/fctrace/linux-source-@SERIES@-0.old
+apt-get remove -y -q fctrace-dkms >/tmp/remove.log 2>&1 || { cat /tmp/remove.log; bad "apt remove failed"; }
+for f in /var/cache/fctrace/6.99.0-gone /var/cache/fctrace/linux-source-@SERIES@-0.old; do
+    [ ! -e "$f" ] || bad "remove left the stale $f in the cache"
+done
+[ -f /var/cache/fctrace/@ABI@/.fctrace-prepared ] || bad "remove pruned @ABI@'s tree, whose headers are installed"
+say "removed: stale cache entries pruned, @ABI@'s tree kept"
+
+# 5. Purged, nothing is left.
 apt-get purge -y -q fctrace-dkms >/dev/null
 for f in /lib/modules/@ABI@/updates/dkms/fctrace.ko* /usr/src/fctrace-@VERSION@ /var/cache/fctrace /usr/sbin/fctrace /var/lib/dkms/fctrace; do
     [ ! -e "$f" ] || bad "purge left $f"
