@@ -266,8 +266,9 @@ echo "$r" | grep -q "rustc here is missing" || bad "no rustc: $r"
 say "no rustc: $r"
 mv /tmp/rustc.away "$rustc"
 
-# 4. The cache keeps what an installed kernel needs: DKMS's remove (POST_REMOVE) drops
-# the tree of a kernel whose headers are gone and a source no longer installed.
+# 4. The cache keeps what an installed kernel needs: removing the package (as DKMS's
+# remove, POST_REMOVE, and each build) drops the tree of a kernel whose headers are gone
+# and a source no longer installed.
 mkdir -p /var/cache/fctrace/6.99.0-gone /var/cache/fctrace/linux-source-@SERIES@-0.old
 apt-get remove -y -q fctrace-dkms >/tmp/remove.log 2>&1 || { cat /tmp/remove.log; bad "apt remove failed"; }
 for f in /var/cache/fctrace/6.99.0-gone /var/cache/fctrace/linux-source-@SERIES@-0.old; do
