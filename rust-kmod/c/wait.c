@@ -8,6 +8,8 @@
 #include <linux/fs.h>
 #include <linux/irq_work.h>
 #include <linux/poll.h>
+#include <linux/preempt.h>
+#include <linux/rcupdate.h>
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
 #include <linux/smp.h>
@@ -41,9 +43,21 @@ static void fctrace_kick_fn(struct irq_work *work)
 
 static struct irq_work fctrace_kick_work = IRQ_WORK_INIT(fctrace_kick_fn);
 
+/*
+ * Set once the module is going away (fctrace_cancel_sync()): nothing queues the work
+ * items any more. A traced process that executes a set-user-ID program while rmmod
+ * waits for hooked returns would otherwise queue them after they were cancelled, to
+ * run after the module is gone.
+ */
+static bool fctrace_closing;
+
 void fctrace_schedule_sync(void)
 {
-	irq_work_queue(&fctrace_kick_work);
+	/* With preemption off: fctrace_cancel_sync()'s synchronize_rcu() waits for us. */
+	preempt_disable_notrace();
+	if (!READ_ONCE(fctrace_closing))
+		irq_work_queue(&fctrace_kick_work);
+	preempt_enable_notrace();
 }
 
 static void fctrace_reap_fn(struct work_struct *work)
@@ -56,7 +70,10 @@ static DECLARE_DEFERRABLE_WORK(fctrace_reap_dwork, fctrace_reap_fn);
 
 void fctrace_schedule_reap(unsigned int ms)
 {
-	schedule_delayed_work(&fctrace_reap_dwork, msecs_to_jiffies(ms));
+	preempt_disable_notrace();
+	if (!READ_ONCE(fctrace_closing))
+		schedule_delayed_work(&fctrace_reap_dwork, msecs_to_jiffies(ms));
+	preempt_enable_notrace();
 }
 
 static void fctrace_optimize_fn(struct work_struct *work)
@@ -68,14 +85,25 @@ static DECLARE_DELAYED_WORK(fctrace_optimize_dwork, fctrace_optimize_fn);
 
 void fctrace_schedule_optimize(unsigned int ms, bool push_back)
 {
-	if (push_back)
+	preempt_disable_notrace();
+	if (READ_ONCE(fctrace_closing))
+		;
+	else if (push_back)
 		mod_delayed_work(FCTRACE_WQ, &fctrace_optimize_dwork, msecs_to_jiffies(ms));
 	else
 		schedule_delayed_work(&fctrace_optimize_dwork, msecs_to_jiffies(ms));
+	preempt_enable_notrace();
 }
 
+/*
+ * For good (the module is being removed): from now on nothing queues the work items;
+ * those queued before are cancelled, a running one waited for. Process context.
+ */
 void fctrace_cancel_sync(void)
 {
+	WRITE_ONCE(fctrace_closing, true);
+	/* Whoever saw fctrace_closing false has queued its work by the end of this. */
+	synchronize_rcu();
 	irq_work_sync(&fctrace_kick_work);
 	cancel_work_sync(&fctrace_work);
 	cancel_delayed_work_sync(&fctrace_reap_dwork);

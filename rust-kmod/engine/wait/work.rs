@@ -53,8 +53,10 @@ impl Tracer {
         while !self.waits.none_inflight() {
             sys::msleep(10);
         }
-        // Only now can nothing queue the work items any more (a task in the trampoline
-        // queues one for its request): cancel them, waiting for a running one to finish.
+        // Only now can no task in the trampoline queue the work items for its request:
+        // cancel them for good, waiting for a running one to finish. The exec and exit
+        // hooks stay registered until every hooked return came back; a traced process
+        // that executes a set-user-ID program meanwhile no longer queues them.
         sys::cancel_work();
         sys::synchronize_rcu_tasks();
     }
