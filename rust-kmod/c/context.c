@@ -22,6 +22,15 @@
 #include "helpers.h"
 
 /*
+ * Whether a task may sleep where a probe hit it is read from preempt_count(): without
+ * CONFIG_PREEMPT_COUNT it stays 0 under a spinlock, and a task holding one would be put
+ * to sleep in the arming trampoline.
+ */
+#ifndef CONFIG_PREEMPT_COUNT
+#error "fctrace needs a kernel with CONFIG_PREEMPT_COUNT (PREEMPT, PREEMPT_DYNAMIC or DEBUG_ATOMIC_SLEEP)"
+#endif
+
+/*
  * The least stack a task must have left (below the probed instruction's stack pointer)
  * to be sent to wait in the trampoline: a quarter of it (4 KiB of 16 KiB). A task with
  * less counts as atomic: its calls not armed yet show as "not followed: atomic" and are

@@ -377,6 +377,36 @@ mod tests {
         assert_eq!(wanted_y(&[a, b]).unwrap(), ["CONFIG_C", "CONFIG_D"]);
     }
 
+    /// The module's Makefile refuses, in one line and before Kbuild runs, a kernel whose
+    /// preempt_count() does not count spinlocks (the trampoline trusts it to decide whether
+    /// a task may sleep).
+    #[test]
+    fn module_refuses_a_kernel_without_preempt_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let make = |config: &str| {
+            fs::write(dir.path().join(".config"), config).unwrap();
+            std::process::Command::new("make")
+                .arg("-s")
+                .arg("-C")
+                .arg(crate::util::repo_root().join("rust-kmod"))
+                .arg(format!("KDIR={}", dir.path().display()))
+                .output()
+                .unwrap()
+        };
+        let out = make("CONFIG_RUST=y\nCONFIG_KPROBES=y\n");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            err.contains("has no CONFIG_PREEMPT_COUNT=y"),
+            "no reason given: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "not one line: {err}");
+        // With it, the check passes (and Kbuild, missing here, is what fails).
+        let out = make("CONFIG_RUST=y\nCONFIG_PREEMPT_COUNT=y\n");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("PREEMPT_COUNT"), "{err}");
+    }
+
     #[test]
     fn key_is_the_sha256_prefix() {
         let dir = tempfile::tempdir().unwrap();
