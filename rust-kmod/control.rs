@@ -272,6 +272,8 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "returns_hooked: {}", n(&s.returns_hooked))?;
     writeln!(t, "returns_unhooked: {}", n(&s.returns_unhooked))?;
     writeln!(t, "returns_not_restored: {}", n(&s.returns_not_restored))?;
+    writeln!(t, "returns_pending: {}", n(&s.returns_pending))?;
+    writeln!(t, "tracing_stopped_on_error: {}", n(&s.stopped_on_error))?;
     writeln!(t, "presite_probes: {}", n(&s.presites))?;
     writeln!(t, "presite_probes_optimized: {}", n(&s.presites_optimized))?;
     writeln!(t, "postsite_probes: {}", n(&s.postsites))?;
@@ -607,11 +609,22 @@ fn change_armed<T>(
     tr.deactivate(inner);
     if let Err(e) = tr.activate(inner) {
         *field(inner) = old;
-        let _ = tr.activate(inner);
-        tr.log(format_args!(
-            "{}: cannot arm the start function with the new value ({:?})",
-            file, e
-        ));
+        if let Err(e2) = tr.activate(inner) {
+            // Not even the old value can be armed now (max_probes lowered meanwhile, no
+            // memory): tracing has stopped, and says so, rather than read as on.
+            inner.tracing_on = false;
+            tr.stats.stopped_on_error.fetch_add(1, Ordering::Relaxed);
+            tr.log(format_args!(
+                "{}: cannot arm the start function with the new value ({:?}), nor again \
+                 with the old one ({:?}): tracing stopped (tracing_on 0)",
+                file, e, e2
+            ));
+        } else {
+            tr.log(format_args!(
+                "{}: cannot arm the start function with the new value ({:?})",
+                file, e
+            ));
+        }
         return Err(e);
     }
     Ok(())

@@ -157,6 +157,20 @@ void fctrace_recursion_unlock(int bits)
 	ftrace_test_recursion_unlock(bits & 0xff);
 }
 
+/*
+ * The module holds itself while tracing and while a hooked return may still come back
+ * through fctrace_return: rmmod is refused ("in use") rather than left waiting.
+ */
+void fctrace_module_get(void)
+{
+	__module_get(THIS_MODULE);
+}
+
+void fctrace_module_put(void)
+{
+	module_put(THIS_MODULE);
+}
+
 void __noreturn fctrace_return_lost(unsigned long retp)
 {
 	panic("fctrace: a return through fctrace_return at %px has no saved address\n",

@@ -79,6 +79,8 @@ bool fctrace_addr_in_self(unsigned long addr);
 void fctrace_kill_sb(struct super_block *sb);
 int fctrace_mountpoint_create(void);
 void fctrace_mountpoint_remove(void);
+void fctrace_module_get(void);
+void fctrace_module_put(void);
 void fctrace_schedule_sync(void);
 void fctrace_cancel_sync(void);
 /*

@@ -215,6 +215,11 @@ fn load_kernel(addr: u64, size: u8) -> Option<u64> {
 pub(crate) struct TracerInner {
     /// `tracing_on`.
     pub(crate) tracing_on: bool,
+    /// The module holds a reference to itself ([`sys::module_get`]): from activation
+    /// until tracing stopped and no hooked return is left to come back through
+    /// `fctrace_return` (another tracer's return hook may hold one after fctrace could
+    /// not put it back). `rmmod` is refused meanwhile, rather than left waiting.
+    pub(crate) pinned: bool,
     /// Start function, `None` for every system call.
     pub(crate) start: Option<u64>,
     /// `filter`: (negated, glob) pairs.
@@ -242,6 +247,7 @@ impl TracerInner {
     fn new() -> Self {
         TracerInner {
             tracing_on: true,
+            pinned: false,
             start: None,
             filters: KVec::new(),
             funcs: KVec::new(),

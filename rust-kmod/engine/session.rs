@@ -33,6 +33,9 @@ const OPTIMIZE_QUIET_MS: u32 = 250;
 const OPTIMIZE_PUBLISH_MS: u32 = 500;
 /// ... or, while it goes on, this long after the oldest was registered.
 const OPTIMIZE_MAX_DELAY_NS: u64 = 2_000_000_000;
+/// After tracing stopped with hooked returns it could not put back (another tracer's
+/// return hook holds them): how often the work item looks whether they came back.
+const RETURNS_POLL_MS: u32 = 500;
 
 impl Tracer {
     /// Registers the probes for tracing: the start function (armed), its entry probe and
@@ -71,6 +74,10 @@ impl Tracer {
         self.generation.fetch_add(1, Ordering::AcqRel);
         if self.waits.none_inflight() {
             self.trees.release_all();
+        }
+        if !inner.pinned {
+            sys::module_get();
+            inner.pinned = true;
         }
         self.active.store(true, Ordering::Release);
         self.update_hot_mask();
@@ -246,6 +253,24 @@ impl Tracer {
         self.generation.fetch_add(1, Ordering::AcqRel);
         // Tasks waiting in the trampoline see `active` false and go on.
         wake_armed();
+        self.unpin_when_returned(inner);
+    }
+
+    /// Once tracing stopped: drops the module's reference to itself when no hooked return
+    /// is left to come back through `fctrace_return`; else looks again in a while (the
+    /// lazy-disarming work item, idle meanwhile). With the mutex held.
+    pub(crate) fn unpin_when_returned(&self, inner: &mut TracerInner) {
+        if !inner.pinned || self.active.load(Ordering::Acquire) {
+            return;
+        }
+        if self.returns.any_live() {
+            self.stats.returns_pending.store(1, Ordering::Relaxed);
+            sys::schedule_reap(RETURNS_POLL_MS);
+            return;
+        }
+        self.stats.returns_pending.store(0, Ordering::Relaxed);
+        inner.pinned = false;
+        sys::module_put();
     }
 
     /// Lazy disarming. Removes the probes of functions that no traced task or interrupt
@@ -352,6 +377,7 @@ impl Tracer {
         let after = u64::from(self.settings.disarm_after_s.load(Ordering::Relaxed));
         let mut inner = self.lock();
         if !self.active.load(Ordering::Acquire) {
+            self.unpin_when_returned(&mut inner);
             return;
         }
         if after != 0 {

@@ -83,6 +83,12 @@ pub(crate) struct Stats {
     pub(crate) returns_hooked: AtomicU64,
     pub(crate) returns_unhooked: AtomicU64,
     pub(crate) returns_not_restored: AtomicU64,
+    /// 1 while tracing stopped and such a word's return is still to come: the module
+    /// holds itself (`rmmod` is refused) until it came.
+    pub(crate) returns_pending: AtomicU64,
+    /// Times tracing stopped because a change of `start_function` or `filter` could be
+    /// armed neither with the new value nor again with the old one (`tracing_on` reads 0).
+    pub(crate) stopped_on_error: AtomicU64,
     /// Pre-site probes (indirect call sites watched from the instructions before them,
     /// see `step.rs`) registered, and those kprobes had optimized, when the mutex was
     /// last released; single steps from a pre-site to its call site, and steps that ended

@@ -379,9 +379,26 @@ pub(crate) fn schedule_optimize(ms: u32, push_back: bool) {
     unsafe { bindings::fctrace_schedule_optimize(ms, push_back) };
 }
 
-/// Cancels the work items, waiting for a running one. Process context; may sleep.
+/// Takes a reference to this module: `rmmod` is refused ("in use") until
+/// [`module_put`]. Any context.
+pub(crate) fn module_get() {
+    // SAFETY: `__module_get(THIS_MODULE)` from the module's own code, which runs, so the
+    // module is live (not yet past its exit function's end).
+    unsafe { bindings::fctrace_module_get() };
+}
+
+/// Drops the reference [`module_get`] took. Process context (the caller goes on running
+/// module code: the exit function waits for it, see [`cancel_work`]).
+pub(crate) fn module_put() {
+    // SAFETY: pairs with one `module_get()`; the caller holds that reference.
+    unsafe { bindings::fctrace_module_put() };
+}
+
+/// Cancels the work items for good (the module is being removed): nothing queues them
+/// after this, a running one is waited for. Process context; may sleep.
 pub(crate) fn cancel_work() {
-    // SAFETY: `cancel_*work_sync()` on static work items, from process context.
+    // SAFETY: `synchronize_rcu()` and `cancel_*work_sync()` on static work items, from
+    // process context (the tracer's drop).
     unsafe { bindings::fctrace_cancel_sync() };
 }
 
