@@ -432,6 +432,16 @@ fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
             if opt == OptionName::Irqs && on && tr.active.load(Ordering::Acquire) {
                 refuse_if_locked_down(tr, "options")?;
             }
+            // Arguments are the kernel's data (strings, values): not under lockdown,
+            // tracing or not.
+            if opt == OptionName::Args && on {
+                sys::locked_down().inspect_err(|_| {
+                    tr.log(format_args!(
+                        "options: the kernel is locked down (confidentiality): args would \
+                         copy the kernel's data into the trace"
+                    ))
+                })?;
+            }
             set.set_option(opt, on);
             if opt == OptionName::Irqs && on {
                 // Tracing may be on already: hook the interrupt entries now.

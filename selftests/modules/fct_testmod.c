@@ -60,14 +60,35 @@ static noinline notrace unsigned int fct_testmod_first(const char *name)
 	return fct_testmod_count(name) + 1;
 }
 
+/*
+ * A kernel address in an integer (as __get_free_pages() returns one) and in a structure
+ * passed by value: args shows neither to a reader who may not see kernel addresses
+ * (security/kptr_restrict.tc). Not static, so that GCC keeps its signature (no
+ * .isra/.constprop copy).
+ */
+struct fct_testmod_ref {
+	unsigned long addr;
+};
+
+unsigned long fct_testmod_addr(unsigned long addr, struct fct_testmod_ref ref);
+
+noinline unsigned long fct_testmod_addr(unsigned long addr, struct fct_testmod_ref ref)
+{
+	return ref.addr == addr ? addr : 0;
+}
+
 static noinline ssize_t fct_testmod_write(struct file *file, const char __user *ubuf,
 					  size_t count, loff_t *ppos)
 {
+	struct fct_testmod_ref ref = { (unsigned long)file };
+
 	char name[64];
 	size_t len = min(count, sizeof(name) - 1);
 	enum fct_testmod_match how;
 	int err;
 
+	if (!fct_testmod_addr((unsigned long)file, ref))
+		return -EINVAL;
 	if (copy_from_user(name, ubuf, len))
 		return -EFAULT;
 	name[len] = '\0';

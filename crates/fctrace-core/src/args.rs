@@ -196,12 +196,69 @@ pub fn places(btf: &Btf<'_>, f: &Type<'_>, mut g: impl FnMut(usize, &str, ParamP
     true
 }
 
+/// Whether a parameter of type class `Ptr { string: true }` (a `const char *`) named
+/// `name` is a string that may be copied into the trace: one the kernel's conventions
+/// name so (a file, path, device, file system or symbol name, a format, a label, the
+/// source of a string copy), never a buffer (`buf`, `data`: a write()'s user data) nor
+/// anything named for a secret (`key`, `password`, a token). Its pointer is shown
+/// instead, as for any other.
+pub fn is_string_param(name: &str) -> bool {
+    let n = name.as_bytes();
+    let has = |w: &[u8]| n.windows(w.len()).any(|x| x.eq_ignore_ascii_case(w));
+    if [
+        &b"key"[..],
+        b"pass",
+        b"pwd",
+        b"secret",
+        b"token",
+        b"cred",
+        b"auth",
+        b"cookie",
+        b"nonce",
+        b"salt",
+        b"seed",
+    ]
+    .iter()
+    .any(|w| has(w))
+    {
+        return false;
+    }
+    let ends = |w: &[u8]| {
+        n.len()
+            .checked_sub(w.len())
+            .and_then(|i| n.get(i..))
+            .is_some_and(|t| t.eq_ignore_ascii_case(w))
+    };
+    ends(b"name")
+        || ends(b"path")
+        || matches!(
+            name,
+            "s" | "src"
+                | "str"
+                | "string"
+                | "fmt"
+                | "format"
+                | "label"
+                | "comm"
+                | "fstype"
+                | "type"
+                | "target"
+                | "prefix"
+                | "suffix"
+                | "oldpath"
+                | "newpath"
+        )
+}
+
 /// The handlers' spec of function `f` (see [`SPEC_KNOWN`]).
 pub fn spec(btf: &Btf<'_>, f: &Type<'_>) -> u32 {
     let (mut regs, mut strings, mut nstr) = (0usize, 0u32, 0);
-    places(btf, f, |_, _, p| {
+    places(btf, f, |_, name, p| {
         regs = p.reg + p.regs;
-        if matches!(p.class, Class::Ptr { string: true }) && nstr < ARG_STRS {
+        if matches!(p.class, Class::Ptr { string: true })
+            && is_string_param(name)
+            && nstr < ARG_STRS
+        {
             strings |= 1 << p.reg;
             nstr += 1;
         }
@@ -287,6 +344,29 @@ fn write_ptr(w: &mut impl Write, v: u64, opts: ValueOpts) -> fmt::Result {
     match opts.ptr_hash.filter(|_| is_kernel_addr(v)) {
         Some(h) => write!(w, "ptr:{:08x}", h(v)),
         None => write!(w, "{:#x}", v),
+    }
+}
+
+/// Whether a 64-bit value that is not typed as a pointer (an `unsigned long` that holds
+/// an address, as `__get_free_pages()` returns one; a structure passed by value) is
+/// hidden from a reader who may not see kernel addresses: any value in the kernel's
+/// half of the address space, but the top 16 MiB (small negative numbers: fixmap and
+/// vsyscall addresses are no secret).
+fn hides_word(v: u64, opts: ValueOpts) -> bool {
+    opts.ptr_hash.is_some() && (0xffff_8000_0000_0000..0xffff_ffff_ff00_0000).contains(&v)
+}
+
+/// A 64-bit word of a value that is not a pointer: as `f` writes it, or hashed (see
+/// [`hides_word`]).
+fn write_word(
+    w: &mut impl Write,
+    v: u64,
+    opts: ValueOpts,
+    f: impl FnOnce(&mut dyn Write) -> fmt::Result,
+) -> fmt::Result {
+    match opts.ptr_hash {
+        Some(h) if hides_word(v, opts) => write!(w, "ptr:{:08x}", h(v)),
+        _ => f(w),
     }
 }
 
@@ -505,7 +585,9 @@ fn write_value(
     match class {
         Class::Int { size, signed } if size <= 8 => {
             let x = sized(v, u32::from(size), signed);
-            if signed {
+            if size == 8 && hides_word(x, opts) {
+                write_word(w, x, opts, |_| Ok(()))
+            } else if signed {
                 write!(w, "{}", x as i64)
             } else if is_flags(btf, id, name) {
                 write!(w, "{:#x}", x)
@@ -513,7 +595,12 @@ fn write_value(
                 write!(w, "{}", x)
             }
         }
-        Class::Int { .. } => write!(w, "{:#x}:{:#x}", regs.get(1).copied().unwrap_or(0), v),
+        Class::Int { .. } => {
+            let hi = regs.get(1).copied().unwrap_or(0);
+            write_word(w, hi, opts, |w| write!(w, "{:#x}", hi))?;
+            w.write_char(':')?;
+            write_word(w, v, opts, |w| write!(w, "{:#x}", v))
+        }
         Class::Bool => w.write_str(if v & 0xff != 0 { "true" } else { "false" }),
         Class::Char { signed } => write!(w, "{}", sized(v, 1, signed) as i64),
         Class::Ptr { string: true } if v != 0 => match string {
@@ -527,7 +614,10 @@ fn write_value(
         Class::Ptr { .. } | Class::FuncPtr => write_ptr(w, v, opts),
         Class::Enum { id, size, signed } => match btf.enum_name(id, v) {
             Some(n) => w.write_str(n),
-            None => write!(w, "{}", sized(v, u32::from(size), signed) as i64),
+            None => {
+                let x = sized(v, u32::from(size), signed);
+                write_word(w, x, opts, |w| write!(w, "{}", x as i64))
+            }
         },
         Class::Aggregate { id: agg, .. } => {
             let t = btf.get(agg).ok();
@@ -545,15 +635,18 @@ fn write_value(
             } else {
                 write!(w, "({} {})[", what, tname)?;
             }
-            for (i, r) in regs.iter().enumerate() {
+            for (i, &r) in regs.iter().enumerate() {
                 if i > 0 {
                     w.write_char(':')?;
                 }
-                write!(w, "{:#x}", r)?;
+                write_word(w, r, opts, |w| write!(w, "{:#x}", r))?;
             }
             w.write_char(']')
         }
-        Class::Void | Class::Float { .. } | Class::Other => write!(w, "?{:#x}", v),
+        Class::Void | Class::Float { .. } | Class::Other => {
+            w.write_char('?')?;
+            write_word(w, v, opts, |w| write!(w, "{:#x}", v))
+        }
     }
 }
 
@@ -642,6 +735,8 @@ pub fn write_ret(
             let x = sized(v, u32::from(size), true) as i64;
             if (-4095..0).contains(&x) {
                 write_errno(w, x)?;
+            } else if size == 8 {
+                write_word(w, x as u64, opts, |w| write!(w, "{}", x))?;
             } else {
                 write!(w, "{}", x)?;
             }

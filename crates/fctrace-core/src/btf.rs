@@ -476,9 +476,10 @@ impl<'a> Btf<'a> {
             }
             Kind::Ptr => match self.resolve(t.type_id())? {
                 // `const char *`: a string the function reads (a file name); a `char *`
-                // is more often a buffer it fills, garbage at the call.
+                // is more often a buffer it fills, garbage at the call; a `const u8 *`
+                // (`unsigned char`) is bytes, such as a key.
                 Some(p) if p.kind == Kind::Int && p.size() == 1 => Class::Ptr {
-                    string: self.const_pointee(t.type_id())?,
+                    string: self.type_name(&p) == "char" && self.const_pointee(t.type_id())?,
                 },
                 Some(p) if p.kind == Kind::FuncProto => Class::FuncPtr,
                 _ => Class::Ptr { string: false },

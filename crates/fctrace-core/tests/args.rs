@@ -4,7 +4,7 @@
 //! `tests/btf.rs`): what a reader writes for calls and returns of real functions.
 
 use fctrace_core::args::{self, ArgArea, ValueOpts, SPEC_KNOWN, STR_CUT, STR_UNREADABLE};
-use fctrace_core::btf::{Btf, Raw};
+use fctrace_core::btf::{Btf, Class, Raw};
 use std::io::Read;
 
 fn vmlinux_btf() -> Vec<u8> {
@@ -77,6 +77,27 @@ fn specs_of_real_functions() {
         assert_eq!((args::spec_regs(s), args::spec_strings(s)), (4, 0));
         // void schedule(void)
         assert_eq!(args::spec_regs(spec("schedule")), 0);
+        // Only strings by name are copied, never a buffer or key material: ksys_write(
+        // unsigned int fd, const char *buf, size_t count) carries a write()'s user data
+        // (a const char *, not named as a string); crypto_skcipher_setkey(struct
+        // crypto_skcipher *, const u8 *key, unsigned int) and crypto_aead_setkey() a key
+        // (bytes, not char).
+        let class = |f: &str, reg: usize| {
+            let p = btf.find_func(f).unwrap();
+            let proto = btf.get(p.type_id()).unwrap();
+            btf.class(proto.params().nth(reg).unwrap().type_id).unwrap()
+        };
+        assert_eq!(class("ksys_write", 1), Class::Ptr { string: true });
+        for f in ["crypto_skcipher_setkey", "crypto_aead_setkey"] {
+            assert_eq!(class(f, 1), Class::Ptr { string: false }, "{f}");
+        }
+        for f in ["ksys_write", "crypto_skcipher_setkey", "crypto_aead_setkey"] {
+            assert_eq!(args::spec_strings(spec(f)), 0, "{f}: a string copied");
+        }
+        // long strncpy_from_user(char *dst, const char *src, long count): a string
+        assert_eq!(args::spec_strings(spec("strncpy_from_user")), 0b10);
+        // kern_path(const char *name, unsigned int flags, struct path *path): a string
+        assert_eq!(args::spec_strings(spec("kern_path")), 0b1);
     });
 }
 
@@ -194,5 +215,59 @@ fn typed_returns() {
         assert_eq!(b, "ret=true");
         // an int cut to its size: 0xffffffff is -1 for an int
         assert_eq!(ret(btf, "do_mkdirat", 0xffff_ffff), "ret=-1 (EPERM)");
+    });
+}
+
+/// A reader who may not see kernel addresses sees none, whatever their C type: an
+/// `unsigned long` that holds one (`get_zeroed_page()`'s return, `free_pages()`'s
+/// argument), a `long` return, a structure passed by value. Numbers stay numbers: small
+/// negatives, sizes, errnos.
+#[test]
+fn kernel_addresses_hidden_whatever_their_type() {
+    with_vmlinux(|btf| {
+        let hash = ValueOpts {
+            ptr_hash: Some(|v| (v >> 12) as u32),
+        };
+        let typed_ret = |name: &str, v: u64, opts: ValueOpts| {
+            let f = btf.find_func(name).unwrap();
+            let mut s = String::new();
+            args::write_ret(&mut s, btf, &f, v, opts).unwrap();
+            s
+        };
+        const A: u64 = 0xffff_8880_04a0_c000;
+        // unsigned long get_zeroed_page_noprof(gfp_t gfp_mask)
+        assert_eq!(
+            typed_ret("get_zeroed_page_noprof", A, RAW),
+            format!("ret={}", A)
+        );
+        let h = typed_ret("get_zeroed_page_noprof", A, hash);
+        assert!(h.starts_with("ret=ptr:"), "{h}");
+        // void free_pages(unsigned long addr, unsigned int order)
+        let c = call(btf, "free_pages", &area(&[A, 2]), hash);
+        assert!(c.starts_with("free_pages(addr=ptr:"), "{c}");
+        assert!(c.ends_with(", order=2)"), "{c}");
+        assert!(
+            !c.contains("ffff8880") && !c.contains(&A.to_string()),
+            "{c}"
+        );
+        // long: an errno, a small negative number and a size stay as they are
+        assert_eq!(
+            typed_ret("ksys_write", (-9i64) as u64, hash),
+            "ret=-9 (EBADF)"
+        );
+        assert_eq!(
+            typed_ret("ksys_write", (-5000i64) as u64, hash),
+            "ret=-5000"
+        );
+        assert_eq!(typed_ret("ksys_write", 4096, hash), "ret=4096");
+        let h = typed_ret("ksys_write", A, hash);
+        assert!(h.starts_with("ret=ptr:"), "{h}");
+        // A structure by value: kuid_t make_kuid(struct user_namespace *, uid_t) returns
+        // one register; a struct holding an address is hashed word by word.
+        let f = btf.find_func("make_kuid").unwrap();
+        let mut s = String::new();
+        args::write_ret(&mut s, btf, &f, A, hash).unwrap();
+        assert!(s.contains("[ptr:"), "{s}");
+        assert!(!s.contains("ffff8880"), "{s}");
     });
 }
