@@ -85,13 +85,15 @@ static DECLARE_DELAYED_WORK(fctrace_optimize_dwork, fctrace_optimize_fn);
 
 void fctrace_schedule_optimize(unsigned int ms, bool push_back)
 {
+	unsigned long delay = msecs_to_jiffies(ms);
+
 	preempt_disable_notrace();
-	if (READ_ONCE(fctrace_closing))
-		;
-	else if (push_back)
-		mod_delayed_work(FCTRACE_WQ, &fctrace_optimize_dwork, msecs_to_jiffies(ms));
-	else
-		schedule_delayed_work(&fctrace_optimize_dwork, msecs_to_jiffies(ms));
+	if (!READ_ONCE(fctrace_closing)) {
+		if (push_back)
+			mod_delayed_work(FCTRACE_WQ, &fctrace_optimize_dwork, delay);
+		else
+			schedule_delayed_work(&fctrace_optimize_dwork, delay);
+	}
 	preempt_enable_notrace();
 }
 

@@ -79,6 +79,8 @@ impl Tracer {
             sys::module_get();
             inner.pinned = true;
         }
+        // (held now for this session: no longer for returns of the last one)
+        self.stats.returns_pending.store(0, Ordering::Relaxed);
         self.active.store(true, Ordering::Release);
         self.update_hot_mask();
         if let Err(e) = self.add_hooks(inner, root, hook_at) {
