@@ -7,7 +7,7 @@
 
 use crate::engine::{Tracer, TracerInner, MAX_FRAMES, MAX_MAX_PROBES, MAX_PIDS};
 use crate::ksym::{probeable, resolve, SymBuf};
-use crate::parse::{self, OptionName, ParseError, Symbol, OPTIONS};
+use crate::parse::{self, ListKind, OptionName, ParseError, Symbol, OPTIONS};
 use crate::record::Reason;
 use crate::sys;
 use crate::text::Text;
@@ -119,9 +119,62 @@ pub(crate) fn hide_addrs() -> bool {
     !sys::may_see_addrs()
 }
 
-/// The files whose writes replace or add to a list (see `fs::ControlFile::write`).
-pub(crate) fn is_list(id: FileId) -> bool {
-    matches!(id, FileId::SetPid | FileId::Filter)
+/// The files whose writes replace or add to a list, and carry a token cut by the end of
+/// a write over to the next (see `fs::ControlFile::write`).
+pub(crate) fn list_kind(id: FileId) -> Option<ListKind> {
+    match id {
+        FileId::SetPid => Some(ListKind::Pids),
+        FileId::Filter => Some(ListKind::Filter),
+        _ => None,
+    }
+}
+
+/// The name of `id` in the file system.
+fn file_name(id: FileId) -> &'static str {
+    FILES
+        .iter()
+        .find(|f| f.0 == id)
+        .and_then(|f| f.1.to_str().ok())
+        .unwrap_or("?")
+}
+
+/// What a refused write said, for `error_log`: at most 64 bytes, anything but printable
+/// ASCII as `?`.
+struct Quoted<'a>(&'a [u8]);
+
+impl core::fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let t = parse::trim(self.0);
+        for &c in t.iter().take(64) {
+            let c = if c == b' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                b'?'
+            };
+            f.write_char(char::from(c))?;
+        }
+        if t.len() > 64 {
+            f.write_str("...")?;
+        }
+        Ok(())
+    }
+}
+
+/// A list file's write ended in a token that no continuation can make valid: the whole
+/// write is refused, with its `error_log` line.
+pub(crate) fn refuse_cut(tr: &Tracer, id: FileId, token: &[u8], e: ParseError) -> Error {
+    let what = if id == FileId::SetPid {
+        "a PID (1 to 4194304)"
+    } else {
+        "a pattern (a function name with * and ?, or !name)"
+    };
+    tr.log(format_args!(
+        "{}: '{}' is not {}",
+        file_name(id),
+        Quoted(token),
+        what
+    ));
+    errno(e)
 }
 
 /// Under lockdown (`LOCKDOWN_KPROBES`: `lockdown=confidentiality`) nothing is armed:
@@ -253,6 +306,7 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "trampoline_unsafe_flags: {}", n(&s.unsafe_flags))?;
     writeln!(t, "trampoline_tasks: {}", tr.trampoline_tasks())?;
     writeln!(t, "tasks_overflow: {}", n(&s.task_overflow))?;
+    writeln!(t, "handlers_nested: {}", n(&s.handlers_nested))?;
     writeln!(t, "processes_exited: {}", n(&s.processes_exited))?;
     writeln!(t, "privileged_execs_untraced: {}", n(&s.privileged_execs))?;
     writeln!(t, "atomic_calls_queued: {}", n(&s.ahead_queued))?;
@@ -330,8 +384,20 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
 }
 
 /// Applies a write of `data` to `id`. `append`: the write adds to a list file's list.
+/// A refused write that said nothing of its own in `error_log` gets a line there.
 pub(crate) fn write(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
+    let logged = tr.errors.lock().added();
     let r = write_file(tr, id, data, append);
+    if let Err(e) = r {
+        if tr.errors.lock().added() == logged {
+            tr.log(format_args!(
+                "{}: '{}' refused ({:?})",
+                file_name(id),
+                Quoted(data),
+                e
+            ));
+        }
+    }
     if matches!(
         id,
         FileId::TracingOn | FileId::StartFunction | FileId::Filter

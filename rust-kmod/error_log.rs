@@ -13,6 +13,8 @@ const ERROR_LOG_LINES: usize = 16;
 pub(crate) struct ErrorLog {
     lines: [KVec<u8>; ERROR_LOG_LINES],
     next: usize,
+    /// Lines added since the module was loaded (clearing does not reset it).
+    added: u64,
 }
 
 impl ErrorLog {
@@ -20,7 +22,14 @@ impl ErrorLog {
         ErrorLog {
             lines: [const { KVec::new() }; ERROR_LOG_LINES],
             next: 0,
+            added: 0,
         }
+    }
+
+    /// Lines added so far: a write that was refused and added none gets a line of its
+    /// own (`control::write`).
+    pub(crate) fn added(&self) -> u64 {
+        self.added
     }
 
     /// Adds a line `[seconds] fctrace: <args>`, dropping the oldest beyond the limit.
@@ -32,10 +41,13 @@ impl ErrorLog {
         }
         self.lines[self.next] = t.0;
         self.next = (self.next + 1) % ERROR_LOG_LINES;
+        self.added += 1;
     }
 
     pub(crate) fn clear(&mut self) {
+        let added = self.added;
         *self = ErrorLog::new();
+        self.added = added;
     }
 
     pub(crate) fn render(&self, t: &mut Text) -> core::fmt::Result {

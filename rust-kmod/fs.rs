@@ -14,6 +14,7 @@
 use crate::bindings;
 use crate::control::{self, file_by_ino, FileId, OpenFile, FILES};
 use crate::engine::{tracer, Tracer};
+use crate::parse;
 use crate::reader::{self, TraceReader, READ_CHUNK};
 use crate::sys;
 use crate::text::Text;
@@ -282,35 +283,40 @@ fn read_text(text: &[u8], out: &mut UserSliceWriter, pos: &mut i64) -> Result<us
 /// Every control file: settings, `stats`, `error_log`, `README`.
 struct ControlFile;
 
-/// An open control file's state.
+/// An open control file's state, locked for the whole of each write: two writers on
+/// one descriptor take turns.
 struct ControlOpen {
     /// A write of this open file was taken (the first replaces a list, later ones add
     /// to it).
-    taken: AtomicBool,
+    taken: bool,
     /// A write was tried, whether it was taken or not.
-    tried: AtomicBool,
+    tried: bool,
+    /// A list file's token that the end of the last write cut short, waiting for the
+    /// next write or the release (at most `parse::CARRY_MAX` bytes).
+    held: KVec<u8>,
     /// Opened with `O_TRUNC` (the VFS clears it from the file's flags after open).
     truncate: bool,
 }
 
 #[vtable]
 impl FileKind for ControlFile {
-    type Data = KBox<ControlOpen>;
+    type Data = Pin<KBox<Mutex<ControlOpen>>>;
 
-    fn open(_tr: &'static Tracer, file: &OpenFile) -> Result<KBox<ControlOpen>> {
-        Ok(KBox::new(
-            ControlOpen {
-                taken: AtomicBool::new(false),
-                tried: AtomicBool::new(false),
+    fn open(_tr: &'static Tracer, file: &OpenFile) -> Result<Self::Data> {
+        KBox::pin_init(
+            new_mutex!(ControlOpen {
+                taken: false,
+                tried: false,
+                held: KVec::new(),
                 truncate: file.truncate,
-            },
+            }),
             GFP_KERNEL,
-        )?)
+        )
     }
 
     fn read(
         tr: &'static Tracer,
-        _data: &ControlOpen,
+        _data: Pin<&Mutex<ControlOpen>>,
         file: &OpenFile,
         out: &mut UserSliceWriter,
         pos: &mut i64,
@@ -321,24 +327,59 @@ impl FileKind for ControlFile {
     }
 
     /// A list file (`set_pid`, `filter`) takes later writes of one open as additions, as
-    /// ftrace's files do: `(echo A; echo B) > set_pid` sets both. A write that fails
-    /// does not count.
-    fn write(tr: &'static Tracer, data: &ControlOpen, file: &OpenFile, input: &[u8]) -> Result {
-        data.tried.store(true, Ordering::Release);
-        let append = file.append || data.taken.load(Ordering::Acquire);
-        control::write(tr, file.id, input, append)?;
-        data.taken.store(true, Ordering::Release);
+    /// ftrace's files do: `(echo A; echo B) > set_pid` sets both. A token the end of a
+    /// write cuts short waits for the next write, as in ftrace's parser: `printf 12;
+    /// printf '345\n'` is PID 12345, and `echo -n 12345` is applied when the file is
+    /// closed. A write that fails does not count, and changes nothing.
+    fn write(
+        tr: &'static Tracer,
+        data: Pin<&Mutex<ControlOpen>>,
+        file: &OpenFile,
+        input: &[u8],
+    ) -> Result {
+        let mut s = data.lock();
+        s.tried = true;
+        let append = file.append || s.taken;
+        let Some(kind) = control::list_kind(file.id) else {
+            control::write(tr, file.id, input, append)?;
+            s.taken = true;
+            return Ok(());
+        };
+        let mut text = KVec::with_capacity(s.held.len() + input.len(), GFP_KERNEL)?;
+        text.extend_from_slice(&s.held, GFP_KERNEL)?;
+        text.extend_from_slice(input, GFP_KERNEL)?;
+        let cut = parse::split_carry(kind, &text).map_err(|e| {
+            let token = text
+                .rsplit(|c| c.is_ascii_whitespace())
+                .next()
+                .unwrap_or(&[]);
+            control::refuse_cut(tr, file.id, token, e)
+        })?;
+        let (now, rest) = text.split_at(cut);
+        // An empty write (nothing held either) clears the list, as `echo > set_pid` does.
+        if !now.is_empty() || text.is_empty() {
+            control::write(tr, file.id, now, append)?;
+            s.taken = true;
+        }
+        let mut held = KVec::with_capacity(rest.len(), GFP_KERNEL)?;
+        held.extend_from_slice(rest, GFP_KERNEL)?;
+        s.held = held;
         Ok(())
     }
 
-    /// Opened with `O_TRUNC` and never written to (`: > set_pid`): the list is cleared, as
-    /// ftrace's `> set_ftrace_pid` does (a write that failed leaves it as it was).
-    fn release(tr: &'static Tracer, data: &KBox<ControlOpen>, file: &OpenFile) {
-        if file.writable
-            && data.truncate
+    /// A token still held is applied (a refusal goes to `error_log`: close() has no one
+    /// to tell). Opened with `O_TRUNC` and never written to (`: > set_pid`): the list is
+    /// cleared, as ftrace's `> set_ftrace_pid` does (a write that failed leaves it as it
+    /// was).
+    fn release(tr: &'static Tracer, data: &Self::Data, file: &OpenFile) {
+        let s = data.lock();
+        if !s.held.is_empty() {
+            let _ = control::write(tr, file.id, &s.held, file.append || s.taken);
+        } else if file.writable
+            && s.truncate
             && !file.append
-            && !data.tried.load(Ordering::Acquire)
-            && control::is_list(file.id)
+            && !s.tried
+            && control::list_kind(file.id).is_some()
         {
             let _ = control::write(tr, file.id, b"", false);
         }

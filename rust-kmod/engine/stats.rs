@@ -9,6 +9,9 @@ use super::*;
 pub(crate) struct Stats {
     pub(crate) reasons: [AtomicU64; Reason::COUNT],
     pub(crate) task_overflow: AtomicU64,
+    /// Probe hits in a handler's own path (code it called reached a probe) that found
+    /// their tree held by that handler and were left out.
+    pub(crate) handlers_nested: AtomicU64,
     /// Traced processes that executed a program gaining privileges (set-user-ID,
     /// set-group-ID, file capabilities) and so stopped being traced.
     pub(crate) privileged_execs: AtomicU64,

@@ -287,6 +287,59 @@ pub fn parse_filter<'a>(
     Ok(n)
 }
 
+/// The two list files whose writes can carry a token over to the next write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListKind {
+    /// `set_pid`: PIDs separated by white space or commas.
+    Pids,
+    /// `filter`: patterns separated by white space.
+    Filter,
+}
+
+/// The longest token a list file holds between two writes: a `!` and a function name.
+pub const CARRY_MAX: usize = KSYM_NAME_LEN;
+
+fn is_separator(kind: ListKind, c: u8) -> bool {
+    c.is_ascii_whitespace() || (kind == ListKind::Pids && c == b',')
+}
+
+/// Whether `tok` (not empty) can begin a valid token of `kind`: a write cut there may be
+/// continued by the next. What no continuation can make valid is refused at once.
+fn is_token_prefix(kind: ListKind, tok: &[u8]) -> bool {
+    match kind {
+        // 4194304 has seven digits.
+        ListKind::Pids => tok.len() <= 7 && tok.iter().all(u8::is_ascii_digit),
+        ListKind::Filter => {
+            let glob = tok.strip_prefix(b"!").unwrap_or(tok);
+            glob.len() < KSYM_NAME_LEN
+                && glob
+                    .iter()
+                    .all(|&c| is_sym_char(c) || c == b'*' || c == b'?')
+        }
+    }
+}
+
+/// Splits the text of one write to a list file (what an earlier write of the same open
+/// file held, then the new bytes) into what can be applied now and the token at its end
+/// that the write cut short, as ftrace's parser does: `printf 12; printf '345\n'` into
+/// `set_pid` is the PID 12345, not 12 and 345. Returns the length of the part to apply
+/// now; the rest, a token without a separator after it, waits for the next write or the
+/// file's release. A cut token that cannot begin a valid one is an error.
+pub fn split_carry(kind: ListKind, text: &[u8]) -> Result<usize, ParseError> {
+    let cut = text
+        .iter()
+        .rposition(|&c| is_separator(kind, c))
+        .map_or(0, |i| i + 1);
+    let rest = text.get(cut..).unwrap_or(&[]);
+    if rest.is_empty() || is_token_prefix(kind, rest) {
+        Ok(cut)
+    } else if rest.len() >= CARRY_MAX {
+        Err(ParseError::TooLong)
+    } else {
+        Err(ParseError::Invalid)
+    }
+}
+
 /// What a filter says about one function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FilterVerdict {
@@ -378,6 +431,68 @@ pub fn parse_option(b: &[u8]) -> Result<(OptionName, bool), ParseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn carry_splits_at_the_last_separator() {
+        assert_eq!(split_carry(ListKind::Pids, b"12"), Ok(0));
+        assert_eq!(split_carry(ListKind::Pids, b"12345\n"), Ok(6));
+        assert_eq!(split_carry(ListKind::Pids, b"1 2,3"), Ok(4));
+        assert_eq!(split_carry(ListKind::Pids, b"1,"), Ok(2));
+        assert_eq!(split_carry(ListKind::Pids, b""), Ok(0));
+        assert_eq!(split_carry(ListKind::Pids, b"\n"), Ok(1));
+        assert_eq!(split_carry(ListKind::Filter, b"vfs_* !ext4_"), Ok(6));
+        assert_eq!(split_carry(ListKind::Filter, b"vfs_read\n"), Ok(9));
+        // a comma is part of no PID, but not a separator of patterns
+        assert_eq!(
+            split_carry(ListKind::Filter, b"a,b"),
+            Err(ParseError::Invalid)
+        );
+    }
+
+    #[test]
+    fn carry_refuses_what_no_continuation_makes_valid() {
+        assert_eq!(
+            split_carry(ListKind::Pids, b"1 x"),
+            Err(ParseError::Invalid)
+        );
+        assert_eq!(split_carry(ListKind::Pids, b"-1"), Err(ParseError::Invalid));
+        assert_eq!(
+            split_carry(ListKind::Pids, b"12345678"),
+            Err(ParseError::Invalid)
+        );
+        assert_eq!(
+            split_carry(ListKind::Filter, b"vfs_read("),
+            Err(ParseError::Invalid)
+        );
+        let long = [b'a'; CARRY_MAX];
+        assert_eq!(
+            split_carry(ListKind::Filter, &long),
+            Err(ParseError::TooLong)
+        );
+        assert_eq!(split_carry(ListKind::Filter, &long[1..]), Ok(0));
+    }
+
+    #[test]
+    fn carried_token_joins_the_next_write() {
+        extern crate std;
+        use std::{vec, vec::Vec};
+        // printf 12; printf '345\n': one PID
+        let mut held: Vec<u8> = Vec::new();
+        let mut applied: Vec<Vec<u32>> = Vec::new();
+        for w in [&b"12"[..], b"345\n"] {
+            let mut text = held.clone();
+            text.extend_from_slice(w);
+            let cut = split_carry(ListKind::Pids, &text).unwrap();
+            let mut pids = [0u32; 4];
+            let n = parse_pids(&text[..cut], &mut pids).unwrap();
+            if n > 0 {
+                applied.push(pids[..n].to_vec());
+            }
+            held = text[cut..].to_vec();
+        }
+        assert_eq!(applied, vec![vec![12345]]);
+        assert!(held.is_empty());
+    }
 
     #[test]
     fn options_table_is_indexed_by_option() {
