@@ -29,8 +29,9 @@ use kernel::types::Opaque;
 
 /// What runs when a probe of this data type is hit.
 pub(crate) trait Handler: Sized + 'static {
-    /// Runs before the probed instruction, in the context that hit it (an int3 trap, or
-    /// the ftrace trampoline for a probe on an ftrace site), with interrupts off. Returns
+    /// Runs before the probed instruction, in the context that hit it: an int3 trap
+    /// (interrupts off), or, with preemption off and interrupts as they were, the ftrace
+    /// trampoline for a probe on an ftrace site or an optimized probe's detour. Returns
     /// non-zero when it changed `regs.ip` (kprobes then resumes there).
     fn pre(probe: &Probe<Self>, regs: &mut bindings::pt_regs) -> c_int;
 

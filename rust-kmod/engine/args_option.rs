@@ -369,9 +369,9 @@ impl Tracer {
         a.raw = u8::from(spec & SPEC_RAW != 0);
         let strings = args::spec_strings(spec);
         // The copies run kernel code (copy_from_*_nofault, memchr) from this handler. A
-        // probe of fctrace's inside it cannot re-enter a handler: kprobes counts a
-        // breakpoint hit inside a kprobe handler as missed, and fctrace's ftrace entry
-        // hook sees NMI context (int3's) and ignores it (`fctrace_task_context()`).
+        // probe of fctrace's inside it may run its handler (an ftrace-based or optimized
+        // probe, an entry hook of an ftrace callback): that handler finds the task's tree
+        // held by this one and leaves it alone (`tree::TreeRef`, `handlers_nested`).
         let mut k = 0;
         for (reg, &v) in vals.iter().enumerate().take(n) {
             if strings & (1 << reg) == 0 || k == ARG_STRS {

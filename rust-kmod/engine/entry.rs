@@ -250,10 +250,9 @@ impl Tracer {
         let Some(cur) = self.current_in(regs, via_ftrace, irqs) else {
             return 0;
         };
-        // SAFETY: a probe handler, in `cur`'s context with interrupts off (or preemption,
-        // for ftrace's callback; the tree is the task's own); `d` is dropped before
-        // returning.
-        let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
+        // SAFETY: a probe handler (ftrace's callback, or an entry probe), in `cur`'s
+        // context, with preemption off.
+        let Some((_, mut d)) = (unsafe { self.tree(&cur) }) else {
             return 0;
         };
         if d.wait.guard || d.stack.depth() == 0 {
@@ -275,7 +274,7 @@ impl Tracer {
         let rec = self.recorder_at(&cur, regs);
         let (ours, ret) = self.entry_return(entry_sp, word);
         let Some((site, tail, site_sp, indirect)) =
-            self.entry_site(e, d, &rec, entry_sp, ours, ret, expect, regs.bp as u64)
+            self.entry_site(e, &mut d, &rec, entry_sp, ours, ret, expect, regs.bp as u64)
         else {
             return 0;
         };
@@ -293,7 +292,7 @@ impl Tracer {
         let key = match e.via {
             Via::Ftrace(ip) | Via::Shared(ip) | Via::Kprobe { addr: ip, .. } => ip,
         };
-        let mut callee = self.classify_call(&cur, d, func, key, tail);
+        let mut callee = self.classify_call(&cur, &d, func, key, tail);
         // Armed near the edge of a closure, with few levels below it armed: where the task
         // may sleep, it waits once for a closure below it (what it calls may run in atomic
         // context, after it takes a lock, where it cannot wait: `copy_page_range()` calls
@@ -309,7 +308,7 @@ impl Tracer {
             && matches!(e.via, Via::Ftrace(_) | Via::Kprobe { trapped: true, .. })
             && self.table.below(func) < super::wait::MIN_BELOW
         {
-            if self.may_wait(&cur, d) {
+            if self.may_wait(&cur, &d) {
                 if d.wait.last_redirect != key {
                     callee = Callee::Wait;
                 }
@@ -336,7 +335,7 @@ impl Tracer {
                     if indirect {
                         d.expect = expect;
                     }
-                    self.redirect_entry(d, regs, ip, func)
+                    self.redirect_entry(&mut d, regs, ip, func)
                 }
                 // A breakpoint: the trampoline returns to the probed instruction, the
                 // pre-handler says it changed the instruction pointer.
@@ -348,7 +347,7 @@ impl Tracer {
                     if indirect {
                         d.expect = expect;
                     }
-                    self.redirect(d, regs, addr, func);
+                    self.redirect(&mut d, regs, addr, func);
                     return 1;
                 }
                 // The callee runs (or will, whatever fctrace asks) before it can be armed.

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The probe handlers: call and jump sites of armed functions, the start function's entry,
-//! the system-call dispatcher, interrupt entries, exit and fork. They run in int3 (or
-//! ftrace) context with interrupts off: no sleeping, no allocation, no unbounded loop.
+//! the system-call dispatcher, interrupt entries, exit and fork. They run in int3 context
+//! (interrupts off), in an ftrace callback or an optimized probe's detour (preemption off,
+//! interrupts as they were): no sleeping, no allocation, no unbounded loop. Code they call
+//! may hit another probe of fctrace's; the tree's [`TreeRef`](super::tree::TreeRef) keeps
+//! such a nested handler out of the tree the outer one holds.
 //! (The preemption hooks' handler is in `preempt.rs`; returns come through
 //! `fctrace_return`, see `returns.rs`.)
 
@@ -246,9 +249,9 @@ impl Tracer {
         let Some(cur) = self.current_in(regs, via, irqs) else {
             return Done(0);
         };
-        // SAFETY: an int3 handler, in `cur`'s context with interrupts off; `d` is dropped
-        // before returning.
-        let Some((slot, d)) = (unsafe { self.tree(&cur) }) else {
+        // SAFETY: a probe handler, in `cur`'s context (its thread, or its interrupt context
+        // on this CPU, which it cannot leave with preemption off).
+        let Some((slot, mut d)) = (unsafe { self.tree(&cur) }) else {
             return Done(0);
         };
         if d.wait.guard || d.stack.depth() == 0 {
@@ -280,7 +283,7 @@ impl Tracer {
         // frame here: `preempt.rs`.)
         if top != site.func
             && !(self.preempt.is_schedule(site.func)
-                && self.open_preempted(&cur, d, site.addr, sp, regs.bp as u64))
+                && self.open_preempted(&cur, &mut d, site.addr, sp, regs.bp as u64))
         {
             return Done(0);
         }
@@ -295,7 +298,7 @@ impl Tracer {
             if early {
                 return SiteCall::Step;
             }
-            self.redirect_throttle(d, regs, site.addr);
+            self.redirect_throttle(&mut d, regs, site.addr);
             return Done(1);
         }
         let (target, tail, indirect) = match site.kind {
@@ -333,7 +336,7 @@ impl Tracer {
                 .leaf(&rec, Reason::Depth, flags, target, site.addr, sp, tail);
             return Done(0);
         }
-        let callee = self.classify_call(&cur, d, target, site.addr, tail);
+        let callee = self.classify_call(&cur, &d, target, site.addr, tail);
         if !matches!(callee, Callee::Wait) {
             d.wait.last_redirect = 0;
         }
@@ -371,7 +374,7 @@ impl Tracer {
             }
             Callee::Wait if early => return SiteCall::Step,
             Callee::Wait => {
-                self.redirect(d, regs, site.addr, target);
+                self.redirect(&mut d, regs, site.addr, target);
                 return Done(1);
             }
         }
@@ -386,13 +389,15 @@ impl Tracer {
         let Some(slot) = self.claim_slot(cur.pid) else {
             return 0;
         };
-        // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
-        let d = unsafe { self.data(slot) };
+        // SAFETY: we are `cur.pid`'s own handler.
+        let Some(mut d) = (unsafe { self.data(slot) }) else {
+            return 0;
+        };
         if d.wait.guard {
             return 0;
         }
         let func = self.root.load(Ordering::Relaxed);
-        if open_tree(&self.recorder_at(&cur, regs), d, func, regs.sp as u64) {
+        if open_tree(&self.recorder_at(&cur, regs), &mut d, func, regs.sp as u64) {
             d.wait.nowait = false;
         }
         0
@@ -420,8 +425,8 @@ impl Tracer {
         if cur.ctx != Ctx::Task {
             return 0;
         }
-        // SAFETY: a probe handler in `cur`'s own context; `d` is dropped before returning.
-        let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
+        // SAFETY: a probe handler in `cur`'s own context.
+        let Some((_, mut d)) = (unsafe { self.tree(&cur) }) else {
             return 0;
         };
         if d.wait.guard || d.stack.depth() == 0 {
@@ -445,7 +450,7 @@ impl Tracer {
                 .leaf(&rec, Reason::Depth, F_FAULT, func, site, sp, false);
             return 0;
         }
-        match self.classify_call(&cur, d, func, func, false) {
+        match self.classify_call(&cur, &d, func, func, false) {
             Callee::Follow | Callee::Thunk => {
                 if d.stack.open(&rec, func, site, F_FAULT, entry_sp, false) {
                     self.hook_return(entry_sp);
@@ -477,12 +482,12 @@ impl Tracer {
         if cur.ctx != ctx {
             return 0;
         }
-        // SAFETY: interrupt entry functions are entered with interrupts off, in `ctx`;
-        // `d` is dropped before returning.
-        let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
+        // SAFETY: interrupt entry functions are entered with interrupts off, in `ctx`, on
+        // this CPU.
+        let Some((_, mut d)) = (unsafe { self.tree(&cur) }) else {
             return 0;
         };
-        open_tree(&self.recorder_at(&cur, regs), d, func, regs.sp as u64);
+        open_tree(&self.recorder_at(&cur, regs), &mut d, func, regs.sp as u64);
         0
     }
 
@@ -497,8 +502,10 @@ impl Tracer {
         let Some(slot) = self.claim_slot(cur.pid) else {
             return 0;
         };
-        // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
-        let d = unsafe { self.data(slot) };
+        // SAFETY: we are `cur.pid`'s own handler.
+        let Some(mut d) = (unsafe { self.data(slot) }) else {
+            return 0;
+        };
         if d.wait.guard {
             return 0;
         }
@@ -524,7 +531,7 @@ impl Tracer {
             self.release_if_done(Some(slot), d);
             return 0;
         };
-        let callee = self.classify_call(&cur, d, target, hook_addr, false);
+        let callee = self.classify_call(&cur, &d, target, hook_addr, false);
         if !matches!(callee, Callee::Wait) {
             d.wait.last_redirect = 0;
         }
@@ -539,7 +546,7 @@ impl Tracer {
                 return 0;
             }
             Callee::Wait => {
-                self.redirect(d, regs, hook_addr, target);
+                self.redirect(&mut d, regs, hook_addr, target);
                 return 1;
             }
             Callee::Leaf(r) => rec.leaf_at(0, r, target, hook_addr),
@@ -562,10 +569,13 @@ impl Tracer {
             return 0;
         };
         if let Some(slot) = self.slot(cur.pid) {
-            // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
-            let d = unsafe { self.data(slot) };
+            // SAFETY: we are `cur.pid`'s own handler.
+            let Some(mut d) = (unsafe { self.data(slot) }) else {
+                return 0;
+            };
             d.stack.close_exiting(&self.recorder(&cur));
             d.wait.pending = 0;
+            drop(d);
             self.release(slot);
         }
         // The process leaves `set_pid` at the `sched_process_exit` tracepoint, once its

@@ -274,8 +274,10 @@ impl Tracer {
         let Some(slot) = self.slot(cur.pid) else {
             return 0;
         };
-        // SAFETY: we are `cur.pid`'s own handler; `d` is dropped before returning.
-        let d = unsafe { self.data(slot) };
+        // SAFETY: we are `cur.pid`'s own handler.
+        let Some(mut d) = (unsafe { self.data(slot) }) else {
+            return 0;
+        };
         let depth = d.stack.depth();
         let max = self.settings.max_depth.load(Ordering::Relaxed) as usize;
         if d.wait.guard || depth == 0 || depth >= MAX_FRAMES || (max != 0 && depth >= max) {

@@ -402,11 +402,10 @@ impl Tracer {
             sleepable: false,
             ctx,
         };
-        // SAFETY: the trampoline calls us with interrupts off, in `cur`'s context; `d` is
-        // dropped before returning. Nothing this handler calls carries a probe of fctrace's
-        // (the ring buffer, the clock and the C layer are on the deny list or not
-        // traceable), so no other handler of this context runs meanwhile.
-        let Some((slot, d)) = (unsafe { self.tree(&cur) }) else {
+        // SAFETY: the trampoline calls us with interrupts off, in `cur`'s context. (Nothing
+        // this handler calls carries a probe of fctrace's: the ring buffer, the clock and
+        // the C layer are on the deny list or not traceable.)
+        let Some((slot, mut d)) = (unsafe { self.tree(&cur) }) else {
             return;
         };
         // The return leaves the stack pointer 8 above the word: past any call that was

@@ -159,9 +159,8 @@ impl Tracer {
             return 0;
         };
         // SAFETY: a probe handler in `cur`'s context (interrupts off in the trap;
-        // preemption off in the detour, and the tree is the task's own); `d` is dropped
-        // before returning.
-        let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
+        // preemption off in the detour).
+        let Some((_, mut d)) = (unsafe { self.tree(&cur) }) else {
             return 0;
         };
         // A post-site at this same address (the call just before returns here) runs
@@ -192,7 +191,8 @@ impl Tracer {
             if let (Some((mut at_site, args_ok)), FuncState::Leaf(_)) =
                 (at_call(site, regs), self.table.lookup(target))
             {
-                // (`d` is not used after this: the call-site handler takes the tree.)
+                // The call-site handler takes the tree.
+                drop(d);
                 // `early`: changes of the copy take no effect, so what needs the call made
                 // at the site (the lossless wait) answers Step: the task steps there.
                 // (Run as a call site's handler, the wait sent a copy of the registers to
@@ -201,19 +201,20 @@ impl Tracer {
                     return 0;
                 }
                 // SAFETY: as above; the call-site handler's reference to the tree has ended.
-                let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
+                let Some((_, mut d)) = (unsafe { self.tree(&cur) }) else {
                     return 0;
                 };
-                return self.step_to_site(d, site, regs, via);
+                return self.step_to_site(&mut d, site, regs, via);
             }
         }
         // A direct call watched from its pre-site and post-site: the call-site handler runs
         // now, with the stack pointer the call will have, and opens the callee's frame
         // (its post-site closes it); only what needs the call made at the site (arming
         // the callee, the lossless wait) makes the task step there.
-        let d = if site.post != 0 {
+        let mut d = if site.post != 0 {
+            // The call-site handler takes the tree.
+            drop(d);
             if let Some((mut at_site, args_ok)) = at_call(site, regs) {
-                // (`d` is not used after this: the call-site handler takes the tree.)
                 if let SiteCall::Done(_) = self.site_call(site, &mut at_site, via, true, args_ok) {
                     return 0;
                 }
@@ -256,7 +257,7 @@ impl Tracer {
                 }
             }
         }
-        self.step_to_site(d, site, regs, via)
+        self.step_to_site(&mut d, site, regs, via)
     }
 
     /// Has the task single-step from the pre-site to the call site (the trap flag in
@@ -298,8 +299,8 @@ impl Tracer {
         let Some(cur) = self.current_in(regs, via, irqs) else {
             return 0;
         };
-        // SAFETY: as in `on_pre_site()`; `d` is dropped before returning.
-        let Some((slot, d)) = (unsafe { self.tree(&cur) }) else {
+        // SAFETY: as in `on_pre_site()`.
+        let Some((slot, mut d)) = (unsafe { self.tree(&cur) }) else {
             return 0;
         };
         if d.wait.guard {
@@ -337,9 +338,9 @@ impl Tracer {
         };
         let site = {
             // SAFETY: the debug trap runs in `cur`'s context with interrupts off, like a
-            // breakpoint's handler; `d` is dropped at the end of this block, before the
-            // call-site handler takes the tree again.
-            let Some((_, d)) = (unsafe { self.tree(&cur) }) else {
+            // breakpoint's handler. `d` is dropped at the end of this block, before the
+            // call-site handler takes the tree.
+            let Some((_, mut d)) = (unsafe { self.tree(&cur) }) else {
                 return false;
             };
             let Some(step) = d.step.as_mut() else {
@@ -365,7 +366,7 @@ impl Tracer {
         // there (see `resume_after_wait`).
         if regs.ip as u64 == sys::trampoline_addr() {
             // SAFETY: as above; the handler's reference to the tree has ended.
-            if let Some((_, d)) = unsafe { self.tree(&cur) } {
+            if let Some((_, mut d)) = unsafe { self.tree(&cur) } {
                 d.step = Some(Step {
                     site,
                     left: RESUME_STEPS,

@@ -13,7 +13,7 @@ use crate::record::{Kind, Reason, Record, F_IRQ, F_SOFTIRQ};
 use crate::shadow::{ShadowStack, Sink};
 use crate::sys;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use kernel::alloc::KVVec;
 use kernel::prelude::*;
 
@@ -98,14 +98,20 @@ impl TaskData {
 /// # Invariants
 ///
 /// `data` is only accessed by the thread whose id is in `pid`, from its own context (its
-/// probe handlers, which run with interrupts off, or the trampoline); a slot is claimed and
-/// released by that thread with atomic operations on `pid`.
+/// probe handlers and entry and return hooks, or the trampoline); a slot is claimed and
+/// released by that thread with atomic operations on `pid`. Those handlers can nest: one
+/// runs with interrupts on (ftrace-based kprobes, an optimized probe's detour), or code
+/// it calls (a string copy, a user copy) reaches another probe. So `data` is reached only
+/// through a [`TreeRef`], which holds `busy`: a handler nested in one that holds it finds
+/// the tree busy and leaves it alone (`stats`: `handlers_nested`).
 pub(crate) struct TaskSlot {
     pid: AtomicU32,
+    busy: AtomicBool,
     data: UnsafeCell<TaskData>,
 }
 
-// SAFETY: see the invariant: `data` is never shared between threads.
+// SAFETY: see the invariant: `data` is never shared between threads, and `busy` keeps
+// the thread's own nested handlers out of it.
 unsafe impl Sync for TaskSlot {}
 
 /// The call tree of one interrupt context (hard or soft) of one CPU, while a traced task
@@ -113,16 +119,44 @@ unsafe impl Sync for TaskSlot {}
 ///
 /// # Invariants
 ///
-/// `data` is only accessed on its CPU, by handlers running in its context with interrupts
-/// off (int3 handlers, and the ftrace-based handlers of interrupt entry functions, which
-/// are entered with interrupts off). Hard interrupts do not nest, nor do softirqs, and
-/// each kind has its own slot, so no two accesses overlap.
+/// `data` is only accessed on its CPU, in its context, through a [`TreeRef`] holding
+/// `busy`. Hard interrupts do not nest, nor do softirqs, and each kind has its own slot;
+/// a probe hit inside a handler of that context (which `busy` turns away) is the only
+/// other way in.
 struct IrqSlot {
+    busy: AtomicBool,
     data: UnsafeCell<TaskData>,
 }
 
-// SAFETY: see the invariant: `data` is only used from one CPU, one context at a time.
+// SAFETY: see the invariant: `data` is only used from one CPU, one context, one handler
+// at a time.
 unsafe impl Sync for IrqSlot {}
+
+/// The one mutable reference to a call tree's data, held by one handler (or the
+/// trampoline) of the tree's own thread or context: dropping it lets the next one in.
+pub(crate) struct TreeRef<'a> {
+    data: &'a mut TaskData,
+    busy: &'a AtomicBool,
+}
+
+impl core::ops::Deref for TreeRef<'_> {
+    type Target = TaskData;
+    fn deref(&self) -> &TaskData {
+        self.data
+    }
+}
+
+impl core::ops::DerefMut for TreeRef<'_> {
+    fn deref_mut(&mut self) -> &mut TaskData {
+        self.data
+    }
+}
+
+impl Drop for TreeRef<'_> {
+    fn drop(&mut self) {
+        self.busy.store(false, Ordering::Release);
+    }
+}
 
 /// Every call tree: one slot per thread inside a trace, two per CPU for interrupts.
 pub(crate) struct Trees {
@@ -141,6 +175,7 @@ impl Trees {
             tasks.push(
                 TaskSlot {
                     pid: AtomicU32::new(0),
+                    busy: AtomicBool::new(false),
                     data: UnsafeCell::new(TaskData::EMPTY),
                 },
                 GFP_KERNEL,
@@ -151,6 +186,7 @@ impl Trees {
         for _ in 0..2 * cpus {
             irqs.push(
                 IrqSlot {
+                    busy: AtomicBool::new(false),
                     data: UnsafeCell::new(TaskData::EMPTY),
                 },
                 GFP_KERNEL,
@@ -274,26 +310,25 @@ impl Tracer {
     }
 
     /// The call tree `cur` adds to: its thread's (`Some(slot)`), or its CPU's interrupt
-    /// context's (`None`).
+    /// context's (`None`). `None` when it has none, or a handler it runs inside holds it.
     ///
     /// # Safety
     ///
-    /// Called from a handler running in `cur`'s context with interrupts off; the returned
-    /// reference is dropped before the handler returns (see [`TaskSlot`] and [`IrqSlot`]).
-    #[allow(clippy::mut_from_ref)] // The data is in an `UnsafeCell` owned by one context.
-    pub(crate) unsafe fn tree(&self, cur: &Cur) -> Option<(Option<&TaskSlot>, &mut TaskData)> {
+    /// Called from a handler running in `cur`'s context (its thread, or its interrupt
+    /// context on this CPU, where it cannot migrate).
+    pub(crate) unsafe fn tree(&self, cur: &Cur) -> Option<(Option<&TaskSlot>, TreeRef<'_>)> {
         match cur.ctx {
             Ctx::Task => {
                 let slot = self.slot(cur.pid)?;
                 // SAFETY: by the caller's contract we are `cur.pid`'s own handler.
-                Some((Some(slot), unsafe { self.data(slot) }))
+                Some((Some(slot), unsafe { self.data(slot) }?))
             }
             Ctx::SoftIrq | Ctx::HardIrq => {
                 let i = 2 * this_cpu() as usize + usize::from(cur.ctx == Ctx::HardIrq);
                 let slot = self.trees.irqs.get(i)?;
-                // SAFETY: by the caller's contract we run on this CPU in this context with
-                // interrupts off: the `IrqSlot` invariant.
-                Some((None, unsafe { self.fresh(&slot.data) }))
+                // SAFETY: by the caller's contract we run on this CPU in this context:
+                // the `IrqSlot` invariant, with `busy` taken by `enter`.
+                unsafe { self.enter(&slot.busy, &slot.data) }.map(|d| (None, d))
             }
         }
     }
@@ -332,25 +367,36 @@ impl Tracer {
     }
 
     /// The slot's data for its own thread, reset if it is from before the last
-    /// (de)activation.
+    /// (de)activation; `None` while a handler this one runs inside holds it.
     ///
     /// # Safety
     ///
-    /// Called only by the thread `slot.pid` names, and the returned reference is not held
-    /// across anything that could let that thread run another handler (it is dropped
-    /// before the handler returns, or before the trampoline sleeps).
-    #[allow(clippy::mut_from_ref)] // The data is in an `UnsafeCell` owned by one thread.
-    pub(crate) unsafe fn data<'a>(&self, slot: &'a TaskSlot) -> &'a mut TaskData {
-        // SAFETY: the caller's contract is the `TaskSlot` invariant.
-        unsafe { self.fresh(&slot.data) }
+    /// Called only by the thread `slot.pid` names.
+    pub(crate) unsafe fn data<'a>(&self, slot: &'a TaskSlot) -> Option<TreeRef<'a>> {
+        // SAFETY: the caller's contract and `busy`: the `TaskSlot` invariant.
+        unsafe { self.enter(&slot.busy, &slot.data) }
     }
 
+    /// Takes `busy` and gives the data of `cell`, fresh; `None` (counted) if it was
+    /// taken: a handler nested in one that holds it.
+    ///
     /// # Safety
     ///
-    /// Nobody else accesses `cell` while the returned reference lives.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn fresh<'a>(&self, cell: &'a UnsafeCell<TaskData>) -> &'a mut TaskData {
-        // SAFETY: by the caller's contract, nobody else accesses this data now.
+    /// `busy` guards `cell`, and only the one thread or context owning it calls this
+    /// (so the flag needs no atomic read-modify-write: what nests inside a holder runs to
+    /// its end before the holder goes on).
+    unsafe fn enter<'a>(
+        &self,
+        busy: &'a AtomicBool,
+        cell: &'a UnsafeCell<TaskData>,
+    ) -> Option<TreeRef<'a>> {
+        if busy.load(Ordering::Acquire) {
+            self.stats.handlers_nested.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        busy.store(true, Ordering::Release);
+        // SAFETY: `busy` was clear and is ours now: no other reference to the data lives
+        // (the caller's contract keeps other threads and contexts out).
         let d = unsafe { &mut *cell.get() };
         let gen = self.gen();
         if d.gen != gen {
@@ -358,12 +404,15 @@ impl Tracer {
             d.stack.reset();
             d.wait.reset();
         }
-        d
+        Some(TreeRef { data: d, busy })
     }
 
     /// Frees `slot` once its tree is empty and its thread waits for nothing.
-    pub(crate) fn release_if_done(&self, slot: Option<&TaskSlot>, d: &TaskData) {
-        if let Some(slot) = slot.filter(|_| d.stack.depth() == 0 && d.wait.pending == 0) {
+    /// The tree is let go first: a thread that claims the slot next finds it free.
+    pub(crate) fn release_if_done(&self, slot: Option<&TaskSlot>, d: TreeRef<'_>) {
+        let done = d.stack.depth() == 0 && d.wait.pending == 0;
+        drop(d);
+        if let Some(slot) = slot.filter(|_| done) {
             slot.pid.store(0, Ordering::Release);
         }
     }

@@ -96,29 +96,36 @@ impl Tracer {
     pub(super) fn arm_pending(&self, to_site: bool) -> bool {
         let (pid, _) = current_ids();
         let mut resume = false;
+        // The trampoline runs at the top of the task's kernel code, in no handler: its
+        // tree is never busy here (`data` gives `None` only to a nested handler).
         if let Some(slot) = self.slot(pid) {
-            let (target, throttle) = {
-                // SAFETY: we are thread `pid`; the reference ends with this block.
-                let d = unsafe { self.data(slot) };
-                d.wait.guard = true;
-                (d.wait.pending, core::mem::take(&mut d.wait.throttle))
+            // SAFETY: we are thread `pid`; the reference ends with this statement.
+            let (target, throttle) = match unsafe { self.data(slot) } {
+                Some(mut d) => {
+                    d.wait.guard = true;
+                    (d.wait.pending, core::mem::take(&mut d.wait.throttle))
+                }
+                None => (0, false),
             };
             let t0 = clock_ns();
             if target != 0 && !self.wait_armed(target) {
-                // SAFETY: we are thread `pid`; the reference ends with this statement.
-                unsafe { self.data(slot) }.wait.nowait = true;
+                // SAFETY: as above.
+                if let Some(mut d) = unsafe { self.data(slot) } {
+                    d.wait.nowait = true;
+                }
             }
             if throttle {
                 self.throttle_wait();
             }
-            // SAFETY: we are thread `pid`; the reference ends with this block.
-            let d = unsafe { self.data(slot) };
-            d.wait.guard = false;
-            d.wait.pending = 0;
-            // Time spent arming is fctrace's, not the traced functions': leave it out of
-            // the durations of the frames that are open.
-            d.stack.exclude_time(clock_ns().saturating_sub(t0));
-            resume = self.resume_after_wait(d, to_site);
+            // SAFETY: as above.
+            if let Some(mut d) = unsafe { self.data(slot) } {
+                d.wait.guard = false;
+                d.wait.pending = 0;
+                // Time spent arming is fctrace's, not the traced functions': leave it out
+                // of the durations of the frames that are open.
+                d.stack.exclude_time(clock_ns().saturating_sub(t0));
+                resume = self.resume_after_wait(&mut d, to_site);
+            }
         }
         self.waits.inflight.fetch_sub(1, Ordering::AcqRel);
         resume
