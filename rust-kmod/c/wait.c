@@ -182,10 +182,28 @@ void fctrace_wake_sync(void)
 static DECLARE_WAIT_QUEUE_HEAD(fctrace_throttle_wq);
 static atomic_t fctrace_throttle_seq = ATOMIC_INIT(0);
 
+/*
+ * The trampoline sleeps only where the probe handler found the task free to
+ * (fctrace_task_context()): preemption on, interrupts on, no RCU read side. Were that
+ * decision ever wrong, the sleep would be a "scheduling while atomic" that leaves this
+ * CPU's preemption count off for whoever runs next. Checked before each sleep: said
+ * once, and the task does not sleep (the wait ends as if it timed out).
+ */
+static bool fctrace_may_sleep_here(void)
+{
+	if (likely(!preempt_count() && !irqs_disabled() && !rcu_preempt_depth()))
+		return true;
+	WARN_ONCE(1, "fctrace: a traced task in the trampoline is atomic (preempt_count %#x, irqs %s, RCU depth %d): it does not wait\n",
+		  preempt_count(), irqs_disabled() ? "off" : "on", rcu_preempt_depth());
+	return false;
+}
+
 int fctrace_throttle_sleep(unsigned int ms)
 {
 	int seq = atomic_read(&fctrace_throttle_seq);
 
+	if (!fctrace_may_sleep_here())
+		return 1;
 	wait_event_interruptible_timeout(fctrace_throttle_wq,
 					 atomic_read(&fctrace_throttle_seq) != seq,
 					 msecs_to_jiffies(ms));
@@ -245,6 +263,9 @@ int fctrace_arm_sleep(u32 seq, unsigned int ms)
 {
 	long r;
 
+	/* As a fatal signal: the wait ends at once (no spinning for arm_wait_ms). */
+	if (!fctrace_may_sleep_here())
+		return -1;
 	if (!fctrace_task_running())
 		return fctrace_arm_poll(seq, ms);
 	r = wait_event_killable_timeout(fctrace_arm_wq,

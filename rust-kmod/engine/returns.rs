@@ -138,10 +138,22 @@ impl Returns {
         None
     }
 
-    /// Records that the word at `retp` of the stack `key` (holding `orig`) is replaced.
-    /// Called on that stack; false when there is no room (the word is then left alone).
-    fn push(&self, key: u64, retp: u64, orig: u64) -> bool {
-        self.push_new(key, retp, orig) != Pushed::Full
+    /// Records that the word at `retp` of the stack `key` (holding `orig`) is replaced,
+    /// for a call fctrace makes itself ([`Tracer::hooked_call`]): that call writes the
+    /// word, below every live frame, so an entry found there (or below) is of a frame
+    /// that is gone without its return being seen. It is replaced, never reused: its
+    /// address would send the new call's return to the old one's caller. Called on that
+    /// stack; `None` when there is no room (the word is then left alone), else whether
+    /// such a stale entry was dropped.
+    fn push_call(&self, key: u64, retp: u64, orig: u64) -> Option<bool> {
+        let found = self.with_key(key, |_, r| {
+            let stale = r.find(retp).is_some();
+            r.push(retp, orig).then_some(stale)
+        });
+        match found {
+            Some(r) => r,
+            None => (self.push_new(key, retp, orig) != Pushed::Full).then_some(false),
+        }
     }
 
     /// The slot where the search for `key` starts: a hash of it.
@@ -286,14 +298,17 @@ impl Tracer {
         let retp = (regs.sp as u64).wrapping_sub(8);
         let key = stack_key(retp);
         let hooked = key != 0 && self.may_hook() && {
-            let room = self.returns.push(key, retp, ret);
-            let counter = if room {
+            let pushed = self.returns.push_call(key, retp, ret);
+            if pushed == Some(true) {
+                self.stats.returns_stale.fetch_add(1, Ordering::Relaxed);
+            }
+            let counter = if pushed.is_some() {
                 &self.stats.returns_hooked
             } else {
                 &self.stats.returns_unhooked
             };
             counter.fetch_add(1, Ordering::Relaxed);
-            room
+            pushed.is_some()
         };
         kprobe::emulate_call(regs, if hooked { return_site() } else { ret }, target);
     }

@@ -12,6 +12,9 @@ pub(crate) struct Stats {
     /// Probe hits in a handler's own path (code it called reached a probe) that found
     /// their tree held by that handler and were left out.
     pub(crate) handlers_nested: AtomicU64,
+    /// Entries of the return stacks found where a call fctrace made wrote its return
+    /// address: of frames gone without their return seen (dropped; should stay 0).
+    pub(crate) returns_stale: AtomicU64,
     /// Traced processes that executed a program gaining privileges (set-user-ID,
     /// set-group-ID, file capabilities) and so stopped being traced.
     pub(crate) privileged_execs: AtomicU64,
