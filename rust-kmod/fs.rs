@@ -356,13 +356,14 @@ impl FileKind for ControlFile {
             control::refuse_cut(tr, file.id, token, e)
         })?;
         let (now, rest) = text.split_at(cut);
+        // (Copied first: once the list changed, the write must not fail.)
+        let mut held = KVec::with_capacity(rest.len(), GFP_KERNEL)?;
+        held.extend_from_slice(rest, GFP_KERNEL)?;
         // An empty write (nothing held either) clears the list, as `echo > set_pid` does.
         if !now.is_empty() || text.is_empty() {
             control::write(tr, file.id, now, append)?;
             s.taken = true;
         }
-        let mut held = KVec::with_capacity(rest.len(), GFP_KERNEL)?;
-        held.extend_from_slice(rest, GFP_KERNEL)?;
         s.held = held;
         Ok(())
     }
