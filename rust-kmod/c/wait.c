@@ -187,7 +187,8 @@ static atomic_t fctrace_throttle_seq = ATOMIC_INIT(0);
  * (fctrace_task_context()): preemption on, interrupts on, no RCU read side. Were that
  * decision ever wrong, the sleep would be a "scheduling while atomic" that leaves this
  * CPU's preemption count off for whoever runs next. Checked before each sleep: said
- * once, and the task does not sleep (the wait ends as if it timed out).
+ * once, and the task does not sleep: the wait ends at once, as it would for a signal
+ * (lossless) or a fatal signal (arming), never by spinning until its time is up.
  */
 static bool fctrace_may_sleep_here(void)
 {
