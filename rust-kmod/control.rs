@@ -326,6 +326,7 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "returns_hooked: {}", n(&s.returns_hooked))?;
     writeln!(t, "returns_unhooked: {}", n(&s.returns_unhooked))?;
     writeln!(t, "returns_stale: {}", n(&s.returns_stale))?;
+    writeln!(t, "returns_unexpected: {}", n(&s.returns_unexpected))?;
     writeln!(t, "returns_not_restored: {}", n(&s.returns_not_restored))?;
     writeln!(t, "returns_pending: {}", n(&s.returns_pending))?;
     writeln!(t, "tracing_stopped_on_error: {}", n(&s.stopped_on_error))?;

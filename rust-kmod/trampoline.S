@@ -203,8 +203,22 @@ SYM_INNER_LABEL(fctrace_return_site, SYM_L_GLOBAL)
 	leaq	11*8(%rsp), %rdi	/* the stack pointer the ret left */
 	movq	%rax, %rsi		/* the return value */
 	call	fctrace_return_handler
+	testq	%rax, %rax
+	jz	.Lreturn_lost
 	movq	%rax, 10*8(%rsp)	/* the real return address, where the ret took ours */
 	POP_SCRATCH
 	popfq
 	RET_UNCALLED	/* (the function's own ret consumed the RSB entry of its call) */
+.Lreturn_lost:
+	/*
+	 * No address to go to (fctrace_return_lost() warned, and found that this task can
+	 * die): as after an oops, rewind_stack_and_make_dead(SIGKILL), reached by a ret
+	 * (it has no endbr) with the function's flags, interrupts on if they were.
+	 */
+	movq	fctrace_dead_end(%rip), %rax
+	movq	%rax, 10*8(%rsp)
+	POP_SCRATCH
+	popfq
+	movl	$9, %edi		/* SIGKILL */
+	RET_UNCALLED
 SYM_CODE_END(fctrace_return)

@@ -171,10 +171,26 @@ void fctrace_module_put(void)
 	module_put(THIS_MODULE);
 }
 
-void __noreturn fctrace_return_lost(unsigned long retp)
+/* Read by fctrace_return (trampoline.S). */
+unsigned long fctrace_dead_end;
+
+void fctrace_set_dead_end(unsigned long addr)
 {
-	panic("fctrace: a return through fctrace_return at %px has no saved address\n",
-	      (void *)retp);
+	WRITE_ONCE(fctrace_dead_end, addr);
+}
+
+void fctrace_return_lost(unsigned long retp)
+{
+	WARN_ONCE(1, "fctrace: a return through fctrace_return has no saved address: %s/%d killed\n",
+		  current->comm, current->pid);
+	/*
+	 * The address the return was to go to is known nowhere. A task's own context dies
+	 * as after an oops (its locks stay held, as they would); an interrupt's cannot: it
+	 * has no stack of its own to be rewound, and make_task_dead() would panic anyway.
+	 */
+	if (!in_task() || !READ_ONCE(fctrace_dead_end))
+		panic("fctrace: a return through fctrace_return at %px has no saved address\n",
+		      (void *)retp);
 }
 
 void fctrace_sleep_idle(unsigned int ms)

@@ -158,8 +158,17 @@ int fctrace_return_ctx(bool irqs);
 bool fctrace_current_exiting(void);
 unsigned long fctrace_irq_save(void);
 void fctrace_irq_restore(unsigned long flags);
-/* A return came through fctrace_return that fctrace has no address for: cannot go on. */
-void __noreturn fctrace_return_lost(unsigned long retp);
+/*
+ * Where a task whose return through fctrace_return has nowhere to go is sent:
+ * rewind_stack_and_make_dead(), found by name at load (0: not found).
+ */
+void fctrace_set_dead_end(unsigned long addr);
+/*
+ * A return came through fctrace_return that fctrace has no address for: warns once, and
+ * returns if the task can be made to die as after an oops (fctrace_return sends it to
+ * the dead end); where it cannot (not a task's own context), panics.
+ */
+void fctrace_return_lost(unsigned long retp);
 /*
  * The sched_process_exit tracepoint calls fctrace_task_exit(), sched_process_exec
  * fctrace_task_exec() (module lifetime).

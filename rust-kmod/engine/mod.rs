@@ -308,6 +308,10 @@ pub(crate) struct Tracer {
     /// A process that stopped being traced at a privileged exec, for the work item to
     /// name in `error_log` (the exec hook cannot take its mutex); 0: none.
     privileged_exec_pid: AtomicU32,
+    /// A return came through the trampoline where no word was replaced: where it was sent
+    /// (see [`Tracer::return_unexpected`]), for the work item to name in `error_log` as it
+    /// stops tracing; 0: none.
+    unexpected_return: AtomicU64,
     /// Probes are registered and tracing.
     pub(crate) active: AtomicBool,
     /// Open `trace_pipe` files.
@@ -552,6 +556,34 @@ impl Tracer {
         }
     }
 
+    /// In the work item, with the mutex held: after a return the trace could not account
+    /// for ([`Tracer::return_unexpected`]), tracing stops (every probe removed,
+    /// `tracing_on` 0) and `error_log` says why. Whether it did.
+    fn stop_if_inconsistent(&self, inner: &mut TracerInner) -> bool {
+        let to = self.unexpected_return.swap(0, Ordering::AcqRel);
+        if to == 0 {
+            return false;
+        }
+        let stop = self.active.load(Ordering::Acquire);
+        if stop {
+            inner.tracing_on = false;
+            self.stats.stopped_on_error.fetch_add(1, Ordering::Relaxed);
+            self.deactivate(inner);
+            // (Only the filter's text can fail to be copied, and it did not change.)
+            let _ = self.publish_shown(inner);
+        }
+        let mut sym = crate::ksym::SymBuf::new().ok();
+        let name = sym.as_mut().map_or("?", |s| s.name(to));
+        self.log(format_args!(
+            "trace: a function returned to {} with its stack pointer where no return \
+             address was replaced (a callee-pop `ret $n`, or a return address moved): \
+             sent to its caller, tracing stopped{}",
+            name,
+            if stop { " (tracing_on 0)" } else { "" }
+        ));
+        true
+    }
+
     pub(crate) fn any_traced(&self) -> bool {
         self.traced.iter().any(|t| t.load(Ordering::Relaxed) != 0)
     }
@@ -589,6 +621,9 @@ impl TracerHandle {
             KERNEL_TEXT[0].store(text, Ordering::Relaxed);
             KERNEL_TEXT[1].store(etext, Ordering::Relaxed);
         }
+        sys::set_dead_end(crate::ksym::addr_of(kernel::c_str!(
+            "rewind_stack_and_make_dead"
+        )));
         let table = table::FuncTable::new()?;
         let hooks = table::HookTable::new()?;
         let trees = tree::Trees::new()?;
@@ -611,6 +646,7 @@ impl TracerHandle {
                 traced_mask: AtomicU64::new(0),
                 blockers_since: AtomicU64::new(0),
                 privileged_exec_pid: AtomicU32::new(0),
+                unexpected_return: AtomicU64::new(0),
                 active: AtomicBool::new(false),
                 readers: AtomicUsize::new(0),
                 generation: AtomicU32::new(1),

@@ -210,6 +210,18 @@ impl Returns {
         })?
     }
 
+    /// A `ret` through the trampoline at `retp` of stack `key` that no entry is for: the
+    /// newest entry, popped, if it can be the one (see [`RetStack::pop_unexpected`]).
+    fn pop_unexpected(&self, key: u64, retp: u64) -> Option<crate::retstack::Hooked> {
+        self.with_key(key, |s, r| {
+            let h = r.pop_unexpected(retp);
+            if r.is_empty() {
+                s.key.store(0, Ordering::Release);
+            }
+            h
+        })?
+    }
+
     /// The real return address of the word at `retp` of stack `key`, if it is replaced.
     pub(crate) fn saved(&self, key: u64, retp: u64) -> Option<u64> {
         self.with_key(key, |_, r| r.find(retp))?
@@ -223,7 +235,7 @@ impl Returns {
         });
     }
 
-    /// Prints the return stack of `key` (a return without an entry is about to panic).
+    /// Prints the return stack of `key` (a return without an entry: the task dies).
     fn dump(&self, key: u64, retp: u64) {
         pr_emerg!("fctrace: return at {:#x}, stack key {:#x}\n", retp, key);
         let found = self.with_key(key, |_, r| {
@@ -397,6 +409,36 @@ impl Tracer {
         }
     }
 
+    /// A `ret` came through the trampoline with the stack pointer 8 above `retp`, where no
+    /// word was replaced, and `h`, the newest entry of the stack, below it, is taken for
+    /// it (the function returned with its stack pointer moved past its return address:
+    /// a callee-pop `ret $n`). The task goes on to `h`'s address, its frame closes, and
+    /// since the trace can no longer be sure of that stack, tracing stops (the work
+    /// item). Interrupts off.
+    fn return_unexpected(&self, retp: u64, h: crate::retstack::Hooked, rax: u64) {
+        static WARNED: AtomicBool = AtomicBool::new(false);
+        self.stats
+            .returns_unexpected
+            .fetch_add(1, Ordering::Relaxed);
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            pr_warn!(
+                "fctrace: a return came through fctrace_return {} bytes above the return \
+                 address it replaced: tracing stops\n",
+                retp.wrapping_sub(h.retp)
+            );
+        }
+        if self
+            .unexpected_return
+            .compare_exchange(0, h.orig, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.kick_work();
+        }
+        if let Some(_recursion) = sys::RecursionGuard::try_new() {
+            self.on_return(h.retp, rax);
+        }
+    }
+
     /// The return of a frame whose word at `retp` was replaced, with value `rax`: closes
     /// the frames returning now in the tree of the context returning.
     fn on_return(&self, retp: u64, rax: u64) {
@@ -436,27 +478,30 @@ impl Tracer {
 }
 
 /// Called by `fctrace_return` (trampoline.S) with interrupts off: `sp` is the stack
-/// pointer the `ret` left, `rax` the value returned. Returns where the `ret` was to go.
+/// pointer the `ret` left, `rax` the value returned. Returns where the `ret` was to go;
+/// 0 when that is known nowhere (the trampoline then makes the task die, see
+/// [`sys::return_lost`]). Never panics by itself.
 #[no_mangle]
 pub(crate) extern "C" fn fctrace_return_handler(sp: u64, rax: u64) -> u64 {
     let retp = sp.wrapping_sub(8);
-    let orig = tracer().and_then(|tr| {
-        let orig = tr.returns.pop(stack_key(retp), retp)?;
+    let key = stack_key(retp);
+    let Some(tr) = tracer() else {
+        sys::return_lost(retp);
+        return 0;
+    };
+    if let Some(orig) = tr.returns.pop(key, retp) {
         if let Some(_recursion) = sys::RecursionGuard::try_new() {
             tr.on_return(retp, rax);
         }
-        Some(orig)
-    });
-    match orig {
-        Some(o) => o,
-        None if tracer().is_some() => {
-            if let Some(tr) = tracer() {
-                tr.returns.dump(stack_key(retp), retp);
-            }
-            sys::return_lost(retp)
-        }
-        None => sys::return_lost(retp),
+        return orig;
     }
+    if let Some(h) = tr.returns.pop_unexpected(key, retp) {
+        tr.return_unexpected(retp, h, rax);
+        return h.orig;
+    }
+    tr.returns.dump(key, retp);
+    sys::return_lost(retp);
+    0
 }
 
 /// Called from the `sched_process_exit` tracepoint for the exiting `task` (current), of

@@ -15,6 +15,10 @@ pub(crate) struct Stats {
     /// Entries of the return stacks found where a call fctrace made wrote its return
     /// address: of frames gone without their return seen (dropped; should stay 0).
     pub(crate) returns_stale: AtomicU64,
+    /// Returns that came through the trampoline where no word was replaced (a function
+    /// that returned with its stack pointer moved, as a callee-pop `ret $n` does): sent
+    /// to the newest entry's address, tracing stopped (`Tracer::return_unexpected`).
+    pub(crate) returns_unexpected: AtomicU64,
     /// Traced processes that executed a program gaining privileges (set-user-ID,
     /// set-group-ID, file capabilities) and so stopped being traced.
     pub(crate) privileged_execs: AtomicU64,
@@ -92,8 +96,9 @@ pub(crate) struct Stats {
     /// 1 while tracing stopped and such a word's return is still to come: the module
     /// holds itself (`rmmod` is refused) until it came.
     pub(crate) returns_pending: AtomicU64,
-    /// Times tracing stopped because a change of `start_function` or `filter` could be
-    /// armed neither with the new value nor again with the old one (`tracing_on` reads 0).
+    /// Times tracing stopped by itself (`tracing_on` reads 0): a change of
+    /// `start_function` or `filter` could be armed neither with the new value nor again
+    /// with the old one, or a return came that the trace could not account for.
     pub(crate) stopped_on_error: AtomicU64,
     /// Pre-site probes (indirect call sites watched from the instructions before them,
     /// see `step.rs`) registered, and those kprobes had optimized, when the mutex was

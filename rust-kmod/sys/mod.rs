@@ -195,10 +195,18 @@ pub(crate) fn return_context(irqs: bool) -> Option<RunCtx> {
 // ---------------------------------------------------------------------------------------
 // The return trampoline.
 
-/// The return handler found no address for a return that came through the trampoline.
-pub(crate) fn return_lost(retp: u64) -> ! {
-    // SAFETY: does not return; the task has nowhere to go.
+/// The return handler found no address for a return that came through the trampoline:
+/// warns, and returns if the task can be killed (the trampoline then sends it to the
+/// dead end); panics where it cannot.
+pub(crate) fn return_lost(retp: u64) {
+    // SAFETY: a plain function; `retp` is only printed.
     unsafe { bindings::fctrace_return_lost(retp as _) }
+}
+
+/// Sets where a task whose return has nowhere to go is sent (`rewind_stack_and_make_dead`).
+pub(crate) fn set_dead_end(addr: u64) {
+    // SAFETY: stores one word that `fctrace_return` reads.
+    unsafe { bindings::fctrace_set_dead_end(addr as _) }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -22,10 +22,13 @@
  */
 #include <linux/kstrtox.h>
 #include <linux/module.h>
+#include <linux/objtool.h>
 #include <linux/proc_fs.h>
 #include <linux/spinlock.h>
 #include <linux/string.h>
 #include <linux/uaccess.h>
+#include <asm/linkage.h>
+#include <asm/nospec-branch.h>
 
 enum fct_testmod_match {
 	FCT_TESTMOD_EXACT,
@@ -166,8 +169,66 @@ static const struct proc_ops fct_testmod_edge_ops = {
 	.proc_write = fct_testmod_edge_write,
 };
 
+/*
+ * A callee-pop call, as 32-bit stdcall code makes them (trace/callee_pop.tc):
+ * fct_testmod_cp_outer(v) pushes v and calls fct_testmod_cp_inner(), which loads it and
+ * returns with `ret $8`, taking it off the stack. Its return leaves the stack pointer 8
+ * bytes above where a plain `ret` would, past its return address. Neither function has
+ * an ftrace site: fctrace follows their calls with call-site probes. Outside fctrace
+ * they are correct code; objtool, which takes every call to return with the stack as
+ * it was, is told to leave them alone.
+ */
+unsigned long fct_testmod_cp_outer(unsigned long v);
+unsigned long fct_testmod_cp_inner(void);
+
+/*
+ * (Each is preceded by 16 bytes of nops, as functions are on a kernel built with
+ * function padding: call-depth tracking puts its accounting there.)
+ */
+asm(".pushsection .text, \"ax\"\n"
+    ".p2align 4, 0x90\n"
+    ".skip 16, 0x90\n"
+    ".globl fct_testmod_cp_outer\n"
+    ".type fct_testmod_cp_outer, @function\n"
+    "fct_testmod_cp_outer:\n"
+    "	pushq %rdi\n"
+    "	call fct_testmod_cp_inner\n"
+    "	" ASM_RET
+    ".size fct_testmod_cp_outer, . - fct_testmod_cp_outer\n"
+    ".p2align 4, 0x90\n"
+    ".skip 16, 0x90\n"
+    ".globl fct_testmod_cp_inner\n"
+    ".type fct_testmod_cp_inner, @function\n"
+    "fct_testmod_cp_inner:\n"
+    "	movq 8(%rsp), %rax\n"
+    "	" ANNOTATE_RETPOLINE_SAFE "\n"
+    "	ret $8\n"
+    "	int3\n"
+    ".size fct_testmod_cp_inner, . - fct_testmod_cp_inner\n"
+    ".popsection\n");
+STACK_FRAME_NON_STANDARD(fct_testmod_cp_outer);
+STACK_FRAME_NON_STANDARD(fct_testmod_cp_inner);
+
+static noinline ssize_t fct_testmod_cp_write(struct file *file, const char __user *ubuf,
+					     size_t count, loff_t *ppos)
+{
+	unsigned long v;
+	int err;
+
+	err = kstrtoul_from_user(ubuf, count, 0, &v);
+	if (err)
+		return err;
+	/* The value comes back, and the stack is as it was. */
+	return fct_testmod_cp_outer(v) == v ? count : -EIO;
+}
+
+static const struct proc_ops fct_testmod_cp_ops = {
+	.proc_write = fct_testmod_cp_write,
+};
+
 static struct proc_dir_entry *fct_testmod_entry;
 static struct proc_dir_entry *fct_testmod_edge_entry;
+static struct proc_dir_entry *fct_testmod_cp_entry;
 
 static int __init fct_testmod_init(void)
 {
@@ -180,11 +241,19 @@ static int __init fct_testmod_init(void)
 		proc_remove(fct_testmod_entry);
 		return -ENOMEM;
 	}
+	fct_testmod_cp_entry = proc_create("fct_testmod_calleepop", 0200, NULL,
+					   &fct_testmod_cp_ops);
+	if (!fct_testmod_cp_entry) {
+		proc_remove(fct_testmod_edge_entry);
+		proc_remove(fct_testmod_entry);
+		return -ENOMEM;
+	}
 	return 0;
 }
 
 static void __exit fct_testmod_exit(void)
 {
+	proc_remove(fct_testmod_cp_entry);
 	proc_remove(fct_testmod_edge_entry);
 	proc_remove(fct_testmod_entry);
 }

@@ -103,6 +103,23 @@ impl RetStack {
         Some(orig)
     }
 
+    /// A `ret` came through the trampoline with its stack pointer 8 above `retp`, where no
+    /// word was replaced: the function returned with its stack pointer elsewhere than a
+    /// plain `ret` leaves it (a callee-pop `ret $n`, a `jmp` through a return address it
+    /// popped and moved past). Returns are innermost first, so it came through the newest
+    /// entry, if that one is live and below `retp` (the stack unwound past its word): pops
+    /// and returns it. `None` (nothing changed) when the newest entry is restored or at or
+    /// above `retp`: no entry can be the one.
+    pub fn pop_unexpected(&mut self, retp: u64) -> Option<Hooked> {
+        let i = self.n.checked_sub(1)?;
+        let h = *self.e.get(i)?;
+        if h.restored || h.retp >= retp {
+            return None;
+        }
+        self.n = i;
+        Some(h)
+    }
+
     /// The address the word at `retp` held, if it was replaced (and not restored).
     pub fn find(&self, retp: u64) -> Option<u64> {
         // From the newest: the `retp` increase, so the search ends at the first above it
@@ -223,6 +240,27 @@ mod tests {
         s.push(0xf00, 0xb);
         assert_eq!(s.pop(0xf08), None);
         assert_eq!(retps(&s), [0x1000, 0xf00]);
+    }
+
+    #[test]
+    fn an_unexpected_return_pops_the_newest_entry_below_it() {
+        let mut s = RetStack::EMPTY;
+        assert!(s.push(0x1000, 0xa));
+        assert!(s.push(0xf00, 0xb));
+        // `ret $8` from the frame whose word is at 0xf00: the trampoline sees 0xf08.
+        assert_eq!(s.pop(0xf08), None);
+        let h = s.pop_unexpected(0xf08).unwrap();
+        assert_eq!((h.retp, h.orig), (0xf00, 0xb));
+        assert_eq!(retps(&s), [0x1000]);
+        // Above the newest entry only: an address below it matches nothing.
+        assert_eq!(s.pop_unexpected(0x1000), None);
+        assert_eq!(s.pop_unexpected(0xff8), None);
+        assert_eq!(retps(&s), [0x1000]);
+        // A restored entry is never returned through.
+        s.restore(|_, _| true);
+        assert_eq!(s.pop_unexpected(0x1010), None);
+        let mut empty = RetStack::EMPTY;
+        assert!(empty.pop_unexpected(0x10).is_none());
     }
 
     #[test]

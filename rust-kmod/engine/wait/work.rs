@@ -25,7 +25,7 @@ impl Tracer {
     /// The work of [`Tracer::sync_work`].
     pub(super) fn sync_pass(&self) {
         let mut inner = self.lock();
-        if !self.active.load(Ordering::Acquire) {
+        if self.stop_if_inconsistent(&mut inner) || !self.active.load(Ordering::Acquire) {
             return;
         }
         self.serve_requests(&mut inner);
