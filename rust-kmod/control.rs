@@ -330,6 +330,7 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "returns_not_restored: {}", n(&s.returns_not_restored))?;
     writeln!(t, "returns_pending: {}", n(&s.returns_pending))?;
     writeln!(t, "tracing_stopped_on_error: {}", n(&s.stopped_on_error))?;
+    writeln!(t, "rearmed_module_gone: {}", n(&s.module_text_gone))?;
     writeln!(t, "presite_probes: {}", n(&s.presites))?;
     writeln!(t, "presite_probes_optimized: {}", n(&s.presites_optimized))?;
     writeln!(t, "postsite_probes: {}", n(&s.postsites))?;

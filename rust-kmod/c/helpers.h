@@ -175,6 +175,13 @@ void fctrace_return_lost(unsigned long retp);
  */
 int fctrace_exit_hook_register(void);
 void fctrace_exit_hook_unregister(void);
+/*
+ * The module notifier calls fctrace_module_text_gone(start, end) (Rust) when a module's
+ * text [start, end) goes away, in process context (it may sleep).
+ */
+int fctrace_module_hook_register(void);
+void fctrace_module_hook_unregister(void);
+void fctrace_module_text_gone(unsigned long start, unsigned long end);
 /* Sleeps ms milliseconds in TASK_IDLE (no hung-task report, no signal wakes it). */
 void fctrace_sleep_idle(unsigned int ms);
 /*

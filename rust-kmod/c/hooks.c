@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * fctrace: Hooks that live as long as the tracer: the sched_process_exit and sched_process_exec
- * tracepoints and the CPU hotplug callback that flushes a CPU going down.
+ * tracepoints, the CPU hotplug callback that flushes a CPU going down, and the module
+ * notifier that tells fctrace of module text going away.
  */
 #include <linux/binfmts.h>
 #include <linux/cpuhotplug.h>
 #include <linux/irqflags.h>
+#include <linux/module.h>
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
 #include <linux/string.h>
@@ -100,4 +102,40 @@ void fctrace_cpu_down_unregister(void)
 	if (fctrace_cpuhp_state > 0)
 		cpuhp_remove_state_nocalls(fctrace_cpuhp_state);
 	fctrace_cpuhp_state = 0;
+}
+
+/*
+ * A module's text goes away: all of it when the module goes (after its exit function,
+ * before ftrace forgets its sites and its memory is freed), its init text once it is
+ * live (freed after an RCU grace period). fctrace_module_text_gone() (Rust) sleeps.
+ */
+static int fctrace_module_notify(struct notifier_block *nb, unsigned long state, void *data)
+{
+	struct module *mod = data;
+	struct module_memory *m;
+
+	if (state == MODULE_STATE_GOING)
+		m = &mod->mem[MOD_TEXT];
+	else if (state == MODULE_STATE_LIVE)
+		m = &mod->mem[MOD_INIT_TEXT];
+	else
+		return NOTIFY_DONE;
+	if (m->size)
+		fctrace_module_text_gone((unsigned long)m->base,
+					 (unsigned long)m->base + m->size);
+	return NOTIFY_DONE;
+}
+
+static struct notifier_block fctrace_module_nb = {
+	.notifier_call = fctrace_module_notify,
+};
+
+int fctrace_module_hook_register(void)
+{
+	return register_module_notifier(&fctrace_module_nb);
+}
+
+void fctrace_module_hook_unregister(void)
+{
+	unregister_module_notifier(&fctrace_module_nb);
 }

@@ -135,6 +135,14 @@ pub(crate) extern "C" fn fctrace_flush_this_cpu() {
     }
 }
 
+/// Called by the module notifier (hooks.c) when module text [`start`, `end`) goes away.
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_module_text_gone(start: u64, end: u64) {
+    if let Some(tr) = tracer() {
+        tr.module_text_gone(start, end);
+    }
+}
+
 /// The scheduler clock in ns (`trace_clock_local()`, ftrace's default clock): the trace's
 /// timestamps, durations and idle times. Any context, NMI included.
 pub(crate) use crate::sys::clock_ns;
@@ -582,6 +590,53 @@ impl Tracer {
             if stop { " (tracing_on 0)" } else { "" }
         ));
         true
+    }
+
+    /// Module text [`start`, `end`) goes away (the module notifier, process context): if
+    /// fctrace armed or marked anything there, its probes (kprobes has marked them gone),
+    /// its ftrace filter entries and its table entries would outlive the code and meet
+    /// whatever is loaded there next. Everything is armed again from scratch, as after a
+    /// change of `start_function`; if the start function itself is going, tracing stops.
+    pub(crate) fn module_text_gone(&self, start: u64, end: u64) {
+        // Without the mutex first (both tables are read lock-free): a module that comes or
+        // goes waits for no arming pass unless fctrace has something of it.
+        let armed = || {
+            let mut armed = self.hooks.any_in(start, end);
+            self.table
+                .for_each(|_, f| armed |= (start..end).contains(&f));
+            self.active.load(Ordering::Acquire) && armed
+        };
+        if !armed() {
+            return;
+        }
+        let mut inner = self.lock();
+        if !armed() {
+            return;
+        }
+        self.stats.module_text_gone.fetch_add(1, Ordering::Relaxed);
+        self.deactivate(&mut inner);
+        let start_gone = inner.start.is_some_and(|s| (start..end).contains(&s));
+        let failed = if start_gone {
+            None
+        } else {
+            self.activate(&mut inner).err()
+        };
+        if start_gone || failed.is_some() {
+            inner.tracing_on = false;
+            self.stats.stopped_on_error.fetch_add(1, Ordering::Relaxed);
+            let _ = self.publish_shown(&inner);
+        }
+        if start_gone {
+            self.log(format_args!(
+                "start_function: its module was unloaded: tracing stopped (tracing_on 0)"
+            ));
+        } else if let Some(e) = failed {
+            self.log(format_args!(
+                "trace: module text went away; arming again failed ({:?}): tracing stopped \
+                 (tracing_on 0)",
+                e
+            ));
+        }
     }
 
     pub(crate) fn any_traced(&self) -> bool {

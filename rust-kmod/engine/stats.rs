@@ -100,6 +100,9 @@ pub(crate) struct Stats {
     /// `start_function` or `filter` could be armed neither with the new value nor again
     /// with the old one, or a return came that the trace could not account for.
     pub(crate) stopped_on_error: AtomicU64,
+    /// Times module text that fctrace had armed or marked went away (a module unloaded,
+    /// or its init text freed) while tracing: everything was armed again from scratch.
+    pub(crate) module_text_gone: AtomicU64,
     /// Pre-site probes (indirect call sites watched from the instructions before them,
     /// see `step.rs`) registered, and those kprobes had optimized, when the mutex was
     /// last released; single steps from a pre-site to its call site, and steps that ended

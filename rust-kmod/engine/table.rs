@@ -482,6 +482,13 @@ impl HookTable {
         })
     }
 
+    /// Whether a function in [`start`, `end`) has a mark.
+    pub(crate) fn any_in(&self, start: u64, end: u64) -> bool {
+        self.entries
+            .iter()
+            .any(|e| (start..end).contains(&e.key.load(Ordering::Acquire)))
+    }
+
     /// Forgets every mark (tracing stopped: no hook is registered).
     pub(crate) fn clear(&self) {
         for e in self.entries.iter() {

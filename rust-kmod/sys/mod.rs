@@ -543,8 +543,9 @@ static HOOKS_LIVE: AtomicBool = AtomicBool::new(false);
 impl Hooks {
     /// # Safety
     ///
-    /// `fctrace_task_exit()`, `fctrace_task_exec()` and `fctrace_flush_this_cpu()` may be
-    /// called from the moment this starts until the value is dropped.
+    /// `fctrace_task_exit()`, `fctrace_task_exec()`, `fctrace_flush_this_cpu()` and
+    /// `fctrace_module_text_gone()` may be called from the moment this starts until the
+    /// value is dropped.
     pub(crate) unsafe fn register() -> Result<Self> {
         if HOOKS_LIVE.swap(true, Ordering::AcqRel) {
             return Err(EBUSY);
@@ -563,12 +564,26 @@ impl Hooks {
             HOOKS_LIVE.store(false, Ordering::Release);
             return Err(e);
         }
+        // SAFETY: registers this module's module notifier; unregistered in `drop`.
+        let r = unsafe { bindings::fctrace_module_hook_register() };
+        if let Err(e) = kernel::error::to_result(r) {
+            // SAFETY: both registered just above.
+            unsafe {
+                bindings::fctrace_cpu_down_unregister();
+                bindings::fctrace_exit_hook_unregister();
+            }
+            HOOKS_LIVE.store(false, Ordering::Release);
+            return Err(e);
+        }
         Ok(Hooks(()))
     }
 }
 
 impl Drop for Hooks {
     fn drop(&mut self) {
+        // SAFETY: registered in `register`; waits for a callback in progress (the
+        // notifier chain's lock).
+        unsafe { bindings::fctrace_module_hook_unregister() };
         // SAFETY: registered in `register`; waits for running probes of the tracepoints.
         unsafe { bindings::fctrace_exit_hook_unregister() };
         // SAFETY: registered in `register`; waits for a callback in progress.
