@@ -182,11 +182,13 @@ unsigned long fct_testmod_cp_outer(unsigned long v);
 unsigned long fct_testmod_cp_inner(void);
 
 /*
- * (Each is preceded by 16 bytes of nops, as functions are on a kernel built with
- * function padding: call-depth tracking puts its accounting there.)
+ * (Each is preceded by 16 bytes of nops named __pfx_<function>, as C functions are on a
+ * kernel built with function padding: call-depth tracking puts its accounting there and
+ * points calls at it.)
  */
 asm(".pushsection .text, \"ax\"\n"
     ".p2align 4, 0x90\n"
+    "__pfx_fct_testmod_cp_outer:\n"
     ".skip 16, 0x90\n"
     ".globl fct_testmod_cp_outer\n"
     ".type fct_testmod_cp_outer, @function\n"
@@ -196,6 +198,7 @@ asm(".pushsection .text, \"ax\"\n"
     "	" ASM_RET
     ".size fct_testmod_cp_outer, . - fct_testmod_cp_outer\n"
     ".p2align 4, 0x90\n"
+    "__pfx_fct_testmod_cp_inner:\n"
     ".skip 16, 0x90\n"
     ".globl fct_testmod_cp_inner\n"
     ".type fct_testmod_cp_inner, @function\n"
