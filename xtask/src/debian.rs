@@ -300,7 +300,8 @@ fn ensure_tree() -> Result<PathBuf> {
 }
 
 /// Copies the files of `src` (a directory tree) that are sources, not build products,
-/// to `dst`, writing only those that differ, so that their times tell Kbuild what changed.
+/// to `dst`, writing only those that differ, so that their times tell Kbuild what changed;
+/// removes from `dst` what `src` no longer has (build products kept).
 pub(crate) fn sync_sources(src: &Path, dst: &Path) -> Result<()> {
     fs::create_dir_all(dst)?;
     for e in fs::read_dir(src)? {
@@ -313,14 +314,7 @@ pub(crate) fn sync_sources(src: &Path, dst: &Path) -> Result<()> {
             }
             continue;
         }
-        let product = name.starts_with('.')
-            || [
-                ".o", ".ko", ".mod", ".mod.c", ".order", ".symvers", ".a", ".d",
-            ]
-            .iter()
-            .any(|s| name.ends_with(s))
-            || name == "bindings_generated.rs";
-        if product {
+        if is_build_product(&name) {
             continue;
         }
         let data = fs::read(&from)?;
@@ -329,7 +323,34 @@ pub(crate) fn sync_sources(src: &Path, dst: &Path) -> Result<()> {
             fs::set_permissions(&to, e.metadata()?.permissions())?;
         }
     }
+    // What the source no longer has goes (a selftest removed from the tree would still
+    // be installed and run), build products and skipped directories aside.
+    for e in fs::read_dir(dst)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if src.join(&name).symlink_metadata().is_ok() || name.starts_with('.') {
+            continue;
+        }
+        if e.file_type()?.is_dir() {
+            if name != "target" {
+                fs::remove_dir_all(e.path())?;
+            }
+        } else if !is_build_product(&name) {
+            fs::remove_file(e.path())?;
+        }
+    }
     Ok(())
+}
+
+/// A file the build makes in a source directory (kept when the sources are synced).
+fn is_build_product(name: &str) -> bool {
+    name.starts_with('.')
+        || [
+            ".o", ".ko", ".mod", ".mod.c", ".order", ".symvers", ".a", ".d",
+        ]
+        .iter()
+        .any(|s| name.ends_with(s))
+        || name == "bindings_generated.rs"
 }
 
 /// Builds `fctrace.ko` and the selftests' module for Debian's kernel in the root;
