@@ -33,10 +33,15 @@ impl EntryHooks {
             return Ok(false);
         }
         self.ips.reserve(ips.len(), GFP_KERNEL)?;
+        let note = || {
+            ips.iter()
+                .for_each(|&ip| crate::trap_notifier::text_changed(ip))
+        };
+        note();
         // SAFETY: a C wrapper; `ips` is valid for `ips.len()` words (`u64` is `unsigned
         // long` on 64-bit kernels), only read.
         let r = unsafe { bindings::fctrace_entry_hooks_add(ips.as_ptr().cast(), ips.len() as u32) };
-        crate::trap_notifier::text_changed();
+        note();
         if r < 0 {
             return Err(Error::from_errno(r));
         }
@@ -47,10 +52,15 @@ impl EntryHooks {
 
     /// Unhooks everything; when it returns, no callback runs any more. Sleeps.
     pub(crate) fn clear(&mut self) {
+        let note = |ips: &[u64]| {
+            ips.iter()
+                .for_each(|&ip| crate::trap_notifier::text_changed(ip))
+        };
+        note(&self.ips);
         // SAFETY: a C wrapper; process context, no spinlock held (our callers hold only
         // the tracer's mutex).
         unsafe { bindings::fctrace_entry_hooks_clear() };
-        crate::trap_notifier::text_changed();
+        note(&self.ips);
         self.ips = KVec::new();
     }
 }

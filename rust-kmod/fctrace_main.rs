@@ -57,6 +57,9 @@ mod parse;
 #[path = "../crates/fctrace-decode/src/presite.rs"]
 mod presite;
 #[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-core/src/recent.rs"]
+mod recent;
+#[allow(dead_code, unreachable_pub)]
 #[path = "../crates/fctrace-core/src/record.rs"]
 mod record;
 #[allow(dead_code, unreachable_pub)]

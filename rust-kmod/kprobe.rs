@@ -247,9 +247,10 @@ impl<D: Handler> Probe<D> {
     fn drop_blocker(&self) {
         if self.blocked.swap(false, Ordering::AcqRel) {
             let mut one = [self.hdr.blocker.get()];
+            crate::trap_notifier::text_changed(self.addr());
             // SAFETY: the blocker was registered (its flag was set until the swap).
             unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
-            crate::trap_notifier::text_changed();
+            crate::trap_notifier::text_changed(self.addr());
         }
     }
 
@@ -316,9 +317,10 @@ impl<D: Handler> Probe<D> {
             let r = unsafe { bindings::fctrace_kprobe_fix_long_call(kp) };
             if r != 0 {
                 // Dropping or a batch unregisters it; refuse the site.
+                crate::trap_notifier::text_changed(self.addr());
                 // SAFETY: registered just above.
                 unsafe { bindings::unregister_kprobes([kp].as_mut_ptr(), 1) };
-                crate::trap_notifier::text_changed();
+                crate::trap_notifier::text_changed(self.addr());
                 self.registered.store(false, Ordering::Release);
                 return Err(Error::from_errno(r));
             }
@@ -401,10 +403,11 @@ impl<D> Drop for Probe<D> {
             } else {
                 1
             };
+            crate::trap_notifier::text_changed(self.addr());
             // SAFETY: the probe is registered (invariant), and so is the blocker when its
             // flag was set; unregistering them is valid.
             unsafe { bindings::unregister_kprobes(two.as_mut_ptr(), n) };
-            crate::trap_notifier::text_changed();
+            crate::trap_notifier::text_changed(self.addr());
             self.registered.store(false, Ordering::Release);
         }
     }
@@ -483,10 +486,11 @@ impl<'a> Batch<'a> {
         if self.list.push(p.raw(), GFP_KERNEL).is_err() {
             // Out of memory for the list: unregister this one on its own.
             let mut one = [p.raw()];
+            crate::trap_notifier::text_changed(p.addr());
             // SAFETY: `p` was registered (its flag was set until the swap above, which
             // only this batch won).
             unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
-            crate::trap_notifier::text_changed();
+            crate::trap_notifier::text_changed(p.addr());
         }
         self.add_blocker(p);
     }
@@ -499,10 +503,11 @@ impl<'a> Batch<'a> {
         let b = p.hdr.blocker.get();
         if self.list.push(b, GFP_KERNEL).is_err() {
             let mut one = [b];
+            crate::trap_notifier::text_changed(p.addr());
             // SAFETY: the blocker was registered (its flag was set until the swap above,
             // which only this batch won).
             unsafe { bindings::unregister_kprobes(one.as_mut_ptr(), 1) };
-            crate::trap_notifier::text_changed();
+            crate::trap_notifier::text_changed(p.addr());
         }
     }
 
@@ -519,10 +524,19 @@ impl Drop for Batch<'_> {
         if self.list.is_empty() {
             return;
         }
+        let note = |list: &KVVec<*mut bindings::kprobe>| {
+            for &kp in list.iter() {
+                // SAFETY: by the type invariant each pointer is a kprobe of ours, alive
+                // (the batch borrows the probes); `addr` was set when it was registered
+                // and is not written again.
+                crate::trap_notifier::text_changed(unsafe { (*kp).addr } as u64);
+            }
+        };
+        note(&self.list);
         // SAFETY: by the type invariant, each pointer is a registered kprobe of ours,
         // listed once, that nothing else unregisters, and still alive (the batch borrows
         // the probes).
         unsafe { bindings::unregister_kprobes(self.list.as_mut_ptr(), self.list.len() as c_int) };
-        crate::trap_notifier::text_changed();
+        note(&self.list);
     }
 }

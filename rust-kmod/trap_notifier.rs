@@ -6,12 +6,15 @@
 //! On hardware `text_poke_sync()` rules this out, but an emulator can still run a stale
 //! copy of the patched code (seen under QEMU's multi-threaded TCG), and the kernel then
 //! dies with "Oops: int3". When the byte under the trap is no longer `0xcc`, nobody owns
-//! the breakpoint any more: run the restored instruction again, as kprobes used to do.
+//! the breakpoint any more: run the restored instruction again, as kprobes used to do,
+//! but only at an address where fctrace itself removed a breakpoint or patched an ftrace
+//! site in the last two seconds ([`RecentText`]); any other int3 is the kernel's to report.
 //!
 //! The same die notifier hands single-step traps (`DIE_DEBUG`) to the engine: the trap
 //! flag fctrace sets to step a traced task from a pre-site to its call site
 //! (`engine/step.rs`).
 
+use crate::recent::RecentText;
 use crate::sys;
 use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::ffi::{c_int, c_ulong, c_void};
@@ -24,36 +27,21 @@ const NOTIFY_STOP: c_int = 0x8001; // NOTIFY_OK | NOTIFY_STOP_MASK
 /// Late int3s recovered, for `stats`.
 pub(crate) static RECOVERED: AtomicU64 = AtomicU64::new(0);
 
-/// When fctrace last removed breakpoints or patched ftrace sites ([`sys::clock_ns`]);
-/// 0: never.
-static LAST_TEXT_CHANGE: AtomicU64 = AtomicU64::new(0);
+/// Where fctrace removed breakpoints or patched ftrace sites lately.
+static RECENT: RecentText = RecentText::new();
 
-/// How long after such a change an unclaimed int3 may still be a late one of fctrace's.
-const LATE_WINDOW_NS: u64 = 2_000_000_000;
-
-/// fctrace removed breakpoints or patched ftrace sites: a late int3 may follow.
-pub(crate) fn text_changed() {
-    LAST_TEXT_CHANGE.store(sys::clock_ns().max(1), Ordering::Release);
+/// fctrace is about to remove, or removed, a breakpoint at `addr`, or patches the ftrace
+/// site there: a late int3 may follow. Called before the change (a CPU may run a stale
+/// copy while it is under way) and after it (the window starts again). Any context.
+pub(crate) fn text_changed(addr: u64) {
+    RECENT.note(addr, sys::clock_ns());
 }
 
 /// What the trap notifier asks of its user (the engine), which it knows nothing else of.
 pub(crate) trait TrapClient: 'static {
-    /// Whether tracing is on (breakpoints of fctrace's may be armed).
-    fn tracing() -> bool;
     /// A single-step trap (`DIE_DEBUG`) with the interrupted registers and the trap's
     /// copy of DR6: whether it was the client's (then the kernel ignores it).
     fn on_debug(regs: &mut sys::PtRegs, dr6: *mut c_ulong) -> bool;
-}
-
-/// Whether an unclaimed int3 now can be a late one of fctrace's: tracing, or shortly
-/// after fctrace changed kernel text. Otherwise the kernel reports it as it would
-/// without fctrace.
-fn may_be_ours<C: TrapClient>() -> bool {
-    if C::tracing() {
-        return true;
-    }
-    let last = LAST_TEXT_CHANGE.load(Ordering::Acquire);
-    last != 0 && sys::clock_ns().saturating_sub(last) < LATE_WINDOW_NS
 }
 
 /// A registered die notifier that recovers late int3s and hands single steps to `C`;
@@ -76,17 +64,19 @@ impl Guard {
 
 /// Decides what to do with an int3 nobody claimed: re-run the instruction at `addr` if
 /// the breakpoint byte there is gone.
-fn recover<C: TrapClient>(regs: &mut sys::PtRegs) -> bool {
+fn recover(regs: &mut sys::PtRegs) -> bool {
     // Kernel mode only: CS's privilege bits are zero.
     // SAFETY: reading a plain integer field of a union of integers.
     let cs = unsafe { regs.__bindgen_anon_1.cs } as u64;
     if cs & 3 != 0 {
         return false;
     }
-    if !may_be_ours::<C>() {
+    let addr = (regs.ip as u64).wrapping_sub(1);
+    // Only where fctrace changed the text lately: otherwise the kernel reports the int3 as
+    // it would without fctrace.
+    if !RECENT.contains(addr, sys::clock_ns()) {
         return false;
     }
-    let addr = (regs.ip as u64).wrapping_sub(1);
     let mut before = [INT3; 2];
     if !sys::read_kernel(addr.wrapping_sub(1), &mut before)
         || !crate::decode::late_int3_rewind(before)
@@ -129,7 +119,7 @@ unsafe extern "C" fn die_handler<C: TrapClient>(
     // SAFETY: for DIE_INT3 `data` is the trap's `struct die_args`, whose `regs` are the
     // interrupted registers, ours to change for the return from the trap.
     let regs = unsafe { (*data.cast::<sys::DieArgs>()).regs.as_mut() };
-    match regs.map(recover::<C>) {
+    match regs.map(recover) {
         Some(true) => NOTIFY_STOP,
         _ => NOTIFY_DONE,
     }

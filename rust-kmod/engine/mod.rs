@@ -94,15 +94,11 @@ pub(crate) const DEFAULT_BUFFER_KB: u64 = 1024;
 /// The single instance, for the C callbacks.
 static TRACER: AtomicPtr<Tracer> = AtomicPtr::new(core::ptr::null_mut());
 
-/// The engine as the trap notifier's client ([`crate::trap_notifier::Guard`]): tracing on
-/// means breakpoints of fctrace's may be armed; single steps are the engine's own.
+/// The engine as the trap notifier's client ([`crate::trap_notifier::Guard`]): single
+/// steps are the engine's own.
 pub(crate) struct Traps;
 
 impl crate::trap_notifier::TrapClient for Traps {
-    fn tracing() -> bool {
-        tracer().is_some_and(|t| t.active.load(Ordering::Acquire))
-    }
-
     fn on_debug(regs: &mut sys::PtRegs, dr6: *mut kernel::ffi::c_ulong) -> bool {
         step::on_debug(regs, dr6)
     }

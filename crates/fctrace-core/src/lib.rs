@@ -12,6 +12,7 @@ pub mod batch;
 pub mod btf;
 pub mod format;
 pub mod parse;
+pub mod recent;
 pub mod record;
 pub mod retstack;
 pub mod shadow;
