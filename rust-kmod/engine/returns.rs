@@ -237,11 +237,11 @@ impl Returns {
 
     /// Prints the return stack of `key` (a return without an entry: the task dies).
     fn dump(&self, key: u64, retp: u64) {
-        pr_emerg!("fctrace: return at {:#x}, stack key {:#x}\n", retp, key);
+        pr_emerg!("return at {:#x}, stack key {:#x}\n", retp, key);
         let found = self.with_key(key, |_, r| {
             for h in r.entries() {
                 pr_emerg!(
-                    "fctrace:   retp {:#x} orig {:#x} restored {}\n",
+                    "  retp {:#x} orig {:#x} restored {}\n",
                     h.retp,
                     h.orig,
                     h.restored
@@ -249,7 +249,7 @@ impl Returns {
             }
         });
         if found.is_none() {
-            pr_emerg!("fctrace:   no return stack for this key\n");
+            pr_emerg!("  no return stack for this key\n");
         }
     }
 
@@ -397,7 +397,7 @@ impl Tracer {
         while self.returns.any_live() {
             any = true;
             if waited % 100 == 0 {
-                pr_warn!("fctrace: waiting for traced tasks to return through fctrace_return\n");
+                pr_warn!("waiting for traced tasks to return through fctrace_return\n");
             }
             // Not counted as a hung task, not cut short by signals.
             sys::sleep_idle(100);
@@ -422,7 +422,7 @@ impl Tracer {
             .fetch_add(1, Ordering::Relaxed);
         if !WARNED.swap(true, Ordering::Relaxed) {
             pr_warn!(
-                "fctrace: a return came through fctrace_return {} bytes above the return \
+                "a return came through fctrace_return {} bytes above the return \
                  address it replaced: tracing stops\n",
                 retp.wrapping_sub(h.retp)
             );
