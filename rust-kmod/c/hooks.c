@@ -114,13 +114,15 @@ static int fctrace_module_notify(struct notifier_block *nb, unsigned long state,
 	struct module *mod = data;
 	struct module_memory *m;
 
-	if (state == MODULE_STATE_GOING)
-		m = &mod->mem[MOD_TEXT];
-	else if (state == MODULE_STATE_LIVE)
-		m = &mod->mem[MOD_INIT_TEXT];
-	else
+	/* A module whose init failed goes with its init text too. */
+	if (state != MODULE_STATE_GOING && state != MODULE_STATE_LIVE)
 		return NOTIFY_DONE;
+	m = &mod->mem[MOD_INIT_TEXT];
 	if (m->size)
+		fctrace_module_text_gone((unsigned long)m->base,
+					 (unsigned long)m->base + m->size);
+	m = &mod->mem[MOD_TEXT];
+	if (state == MODULE_STATE_GOING && m->size)
 		fctrace_module_text_gone((unsigned long)m->base,
 					 (unsigned long)m->base + m->size);
 	return NOTIFY_DONE;

@@ -569,13 +569,7 @@ impl Tracer {
             return false;
         }
         let stop = self.active.load(Ordering::Acquire);
-        if stop {
-            inner.tracing_on = false;
-            self.stats.stopped_on_error.fetch_add(1, Ordering::Relaxed);
-            self.deactivate(inner);
-            // (Only the filter's text can fail to be copied, and it did not change.)
-            let _ = self.publish_shown(inner);
-        }
+        // The line first: whoever sees `tracing_on` 0 finds the reason.
         let mut sym = crate::ksym::SymBuf::new().ok();
         let name = sym.as_mut().map_or("?", |s| s.name(to));
         self.log(format_args!(
@@ -585,6 +579,13 @@ impl Tracer {
             name,
             if stop { " (tracing_on 0)" } else { "" }
         ));
+        if stop {
+            inner.tracing_on = false;
+            self.stats.stopped_on_error.fetch_add(1, Ordering::Relaxed);
+            self.deactivate(inner);
+            // (Only the filter's text can fail to be copied, and it did not change.)
+            let _ = self.publish_shown(inner);
+        }
         true
     }
 
@@ -594,45 +595,51 @@ impl Tracer {
     /// whatever is loaded there next. Everything is armed again from scratch, as after a
     /// change of `start_function`; if the start function itself is going, tracing stops.
     pub(crate) fn module_text_gone(&self, start: u64, end: u64) {
-        // Without the mutex first (both tables are read lock-free): a module that comes or
-        // goes waits for no arming pass unless fctrace has something of it.
+        // Without the tracer's mutex first (both tables are read lock-free, the start
+        // function from what reads show): a module that comes or goes waits for no arming
+        // pass unless fctrace has something of it.
+        let inside = |a: u64| (start..end).contains(&a);
         let armed = || {
             let mut armed = self.hooks.any_in(start, end);
-            self.table
-                .for_each(|_, f| armed |= (start..end).contains(&f));
+            self.table.for_each(|_, f| armed |= inside(f));
             self.active.load(Ordering::Acquire) && armed
         };
-        if !armed() {
+        if !armed() && !self.shown.lock().start.is_some_and(inside) {
             return;
         }
         let mut inner = self.lock();
-        if !armed() {
+        // The start function's address would soon hold other code: it goes, with tracing,
+        // whether tracing is on now or not.
+        let start_gone = inner.start.is_some_and(inside);
+        let active = self.active.load(Ordering::Acquire);
+        if !start_gone && !armed() {
             return;
-        }
-        self.stats.module_text_gone.fetch_add(1, Ordering::Relaxed);
-        self.deactivate(&mut inner);
-        let start_gone = inner.start.is_some_and(|s| (start..end).contains(&s));
-        let failed = if start_gone {
-            None
-        } else {
-            self.activate(&mut inner).err()
-        };
-        if start_gone || failed.is_some() {
-            inner.tracing_on = false;
-            self.stats.stopped_on_error.fetch_add(1, Ordering::Relaxed);
-            let _ = self.publish_shown(&inner);
         }
         if start_gone {
             self.log(format_args!(
-                "start_function: its module was unloaded: tracing stopped (tracing_on 0)"
+                "start_function: its module was unloaded: start_function cleared, tracing \
+                 stopped (tracing_on 0)"
             ));
-        } else if let Some(e) = failed {
-            self.log(format_args!(
-                "trace: module text went away; arming again failed ({:?}): tracing stopped \
-                 (tracing_on 0)",
-                e
-            ));
+            inner.start = None;
+            inner.tracing_on = false;
         }
+        if active {
+            self.stats.module_text_gone.fetch_add(1, Ordering::Relaxed);
+            self.deactivate(&mut inner);
+            if start_gone {
+                self.stats.stopped_on_error.fetch_add(1, Ordering::Relaxed);
+            } else if let Err(e) = self.activate(&mut inner) {
+                self.log(format_args!(
+                    "trace: module text went away; arming again failed ({:?}): tracing \
+                     stopped (tracing_on 0)",
+                    e
+                ));
+                inner.tracing_on = false;
+                self.stats.stopped_on_error.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        // (Only the filter's text can fail to be copied, and it did not change.)
+        let _ = self.publish_shown(&inner);
     }
 
     pub(crate) fn any_traced(&self) -> bool {

@@ -409,24 +409,17 @@ impl Tracer {
         }
     }
 
-    /// A `ret` came through the trampoline with the stack pointer 8 above `retp`, where no
-    /// word was replaced, and `h`, the newest entry of the stack, below it, is taken for
-    /// it (the function returned with its stack pointer moved past its return address:
+    /// A `ret` came through the trampoline where no word was replaced, and `h`, the newest
+    /// entry of the stack, below it, is taken for it (the function returned with its stack pointer moved past its return address:
     /// a callee-pop `ret $n`). The task goes on to `h`'s address, its frame closes, and
     /// since the trace can no longer be sure of that stack, tracing stops (the work
     /// item). Interrupts off.
-    fn return_unexpected(&self, retp: u64, h: crate::retstack::Hooked, rax: u64) {
-        static WARNED: AtomicBool = AtomicBool::new(false);
+    fn return_unexpected(&self, h: crate::retstack::Hooked, rax: u64) {
+        // (No printk here: interrupts are off, maybe under the scheduler's locks; the work
+        // item writes the `error_log` line.)
         self.stats
             .returns_unexpected
             .fetch_add(1, Ordering::Relaxed);
-        if !WARNED.swap(true, Ordering::Relaxed) {
-            pr_warn!(
-                "a return came through fctrace_return {} bytes above the return \
-                 address it replaced: tracing stops\n",
-                retp.wrapping_sub(h.retp)
-            );
-        }
         if self
             .unexpected_return
             .compare_exchange(0, h.orig, Ordering::AcqRel, Ordering::Relaxed)
@@ -496,7 +489,7 @@ pub(crate) extern "C" fn fctrace_return_handler(sp: u64, rax: u64) -> u64 {
         return orig;
     }
     if let Some(h) = tr.returns.pop_unexpected(key, retp) {
-        tr.return_unexpected(retp, h, rax);
+        tr.return_unexpected(h, rax);
         return h.orig;
     }
     tr.returns.dump(key, retp);

@@ -26,6 +26,11 @@
 /// The most replaced return addresses one stack holds (one per open frame at most).
 pub const MAX_RETS: usize = 128;
 
+/// How far below a return's stack word a popped entry may lie ([`RetStack::pop_unexpected`]):
+/// the most that `ret $imm16` takes off the stack past its return address, rounded down
+/// to a multiple of 8.
+pub const MAX_UNEXPECTED: u64 = 0xfff8;
+
 /// One replaced return address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hooked {
@@ -110,10 +115,13 @@ impl RetStack {
     /// entry, if that one is live and below `retp` (the stack unwound past its word): pops
     /// and returns it. `None` (nothing changed) when the newest entry is restored or at or
     /// above `retp`: no entry can be the one.
+    /// It must lie at most [`MAX_UNEXPECTED`] bytes below, a multiple of 8 (what `ret $n`
+    /// pops past its return address, at most): farther, no entry can be it.
     pub fn pop_unexpected(&mut self, retp: u64) -> Option<Hooked> {
         let i = self.n.checked_sub(1)?;
         let h = *self.e.get(i)?;
-        if h.restored || h.retp >= retp {
+        let d = retp.wrapping_sub(h.retp);
+        if h.restored || h.retp >= retp || d > MAX_UNEXPECTED || d % 8 != 0 {
             return None;
         }
         self.n = i;
@@ -256,6 +264,15 @@ mod tests {
         assert_eq!(s.pop_unexpected(0x1000), None);
         assert_eq!(s.pop_unexpected(0xff8), None);
         assert_eq!(retps(&s), [0x1000]);
+        // Farther below than `ret $n` can pop, or not a multiple of 8: not the one.
+        let mut far = RetStack::EMPTY;
+        assert!(far.push(0x20000, 0xc));
+        assert_eq!(far.pop_unexpected(0x20000 + MAX_UNEXPECTED + 8), None);
+        assert_eq!(far.pop_unexpected(0x20004), None);
+        assert_eq!(
+            far.pop_unexpected(0x20000 + MAX_UNEXPECTED).map(|h| h.orig),
+            Some(0xc)
+        );
         // A restored entry is never returned through.
         s.restore(|_, _| true);
         assert_eq!(s.pop_unexpected(0x1010), None);
