@@ -410,10 +410,10 @@ impl Tracer {
     }
 
     /// A `ret` came through the trampoline where no word was replaced, and `h`, the newest
-    /// entry of the stack, below it, is taken for it (the function returned with its stack pointer moved past its return address:
-    /// a callee-pop `ret $n`). The task goes on to `h`'s address, its frame closes, and
-    /// since the trace can no longer be sure of that stack, tracing stops (the work
-    /// item). Interrupts off.
+    /// entry of the stack, below it, is taken for it (the function returned with its stack
+    /// pointer moved past its return address: a callee-pop `ret $n`). The task goes on to
+    /// `h`'s address, its frame closes, and since the trace can no longer be sure of that
+    /// stack, tracing stops (the work item). Interrupts off.
     fn return_unexpected(&self, h: crate::retstack::Hooked, rax: u64) {
         // (No printk here: interrupts are off, maybe under the scheduler's locks; the work
         // item writes the `error_log` line.)
