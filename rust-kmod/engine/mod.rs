@@ -560,9 +560,10 @@ impl Tracer {
         }
     }
 
-    /// In the work item, with the mutex held: after a return the trace could not account
-    /// for ([`Tracer::return_unexpected`]), tracing stops (every probe removed,
-    /// `tracing_on` 0) and `error_log` says why. Whether it did.
+    /// In the work item (or as tracing starts again), with the mutex held: after a return
+    /// the trace could not account for ([`Tracer::return_unexpected`]), tracing stops if
+    /// it runs (every probe removed, `tracing_on` 0) and `error_log` says why. Whether
+    /// there was such a return.
     fn stop_if_inconsistent(&self, inner: &mut TracerInner) -> bool {
         let to = self.unexpected_return.swap(0, Ordering::AcqRel);
         if to == 0 {

@@ -44,6 +44,9 @@ impl Tracer {
         if self.active.load(Ordering::Acquire) || !inner.tracing_on || !self.any_traced() {
             return Ok(());
         }
+        // A return the last session could not account for, whose work item has not run
+        // yet: its `error_log` line is written now, and it does not stop this session.
+        self.stop_if_inconsistent(inner);
         // The root: the start function's entry (armed now), or in all-system-calls mode a
         // probe in the body of x64_sys_call, whose callee is armed when first called.
         let (root, hook_at) = match inner.start {
