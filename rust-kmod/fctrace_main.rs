@@ -45,6 +45,9 @@ mod decode;
 #[path = "../crates/fctrace-decode/src/emulate.rs"]
 mod emulate;
 #[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-core/src/errno.rs"]
+mod errno;
+#[allow(dead_code, unreachable_pub)]
 #[path = "../crates/fctrace-decode/src/fentry.rs"]
 mod fentry;
 #[allow(dead_code, unreachable_pub)]

@@ -21,6 +21,7 @@
 //! see them.
 
 use crate::btf::{sized, Btf, Class, Kind, Type};
+use crate::errno::errno_name;
 use crate::format::is_kernel_addr;
 use crate::record::{Record, RECORD_SIZE};
 use core::fmt::{self, Write};
@@ -391,174 +392,6 @@ fn write_string(w: &mut impl Write, s: &[u8], state: u8) -> fmt::Result {
     Ok(())
 }
 
-/// The name of errno `e` (positive), if the kernel has one.
-pub fn errno_name(e: u64) -> Option<&'static str> {
-    const NAMES: [&str; 134] = [
-        "",
-        "EPERM",
-        "ENOENT",
-        "ESRCH",
-        "EINTR",
-        "EIO",
-        "ENXIO",
-        "E2BIG",
-        "ENOEXEC",
-        "EBADF",
-        "ECHILD",
-        "EAGAIN",
-        "ENOMEM",
-        "EACCES",
-        "EFAULT",
-        "ENOTBLK",
-        "EBUSY",
-        "EEXIST",
-        "EXDEV",
-        "ENODEV",
-        "ENOTDIR",
-        "EISDIR",
-        "EINVAL",
-        "ENFILE",
-        "EMFILE",
-        "ENOTTY",
-        "ETXTBSY",
-        "EFBIG",
-        "ENOSPC",
-        "ESPIPE",
-        "EROFS",
-        "EMLINK",
-        "EPIPE",
-        "EDOM",
-        "ERANGE",
-        "EDEADLK",
-        "ENAMETOOLONG",
-        "ENOLCK",
-        "ENOSYS",
-        "ENOTEMPTY",
-        "ELOOP",
-        "",
-        "ENOMSG",
-        "EIDRM",
-        "ECHRNG",
-        "EL2NSYNC",
-        "EL3HLT",
-        "EL3RST",
-        "ELNRNG",
-        "EUNATCH",
-        "ENOCSI",
-        "EL2HLT",
-        "EBADE",
-        "EBADR",
-        "EXFULL",
-        "ENOANO",
-        "EBADRQC",
-        "EBADSLT",
-        "",
-        "EBFONT",
-        "ENOSTR",
-        "ENODATA",
-        "ETIME",
-        "ENOSR",
-        "ENONET",
-        "ENOPKG",
-        "EREMOTE",
-        "ENOLINK",
-        "EADV",
-        "ESRMNT",
-        "ECOMM",
-        "EPROTO",
-        "EMULTIHOP",
-        "EDOTDOT",
-        "EBADMSG",
-        "EOVERFLOW",
-        "ENOTUNIQ",
-        "EBADFD",
-        "EREMCHG",
-        "ELIBACC",
-        "ELIBBAD",
-        "ELIBSCN",
-        "ELIBMAX",
-        "ELIBEXEC",
-        "EILSEQ",
-        "ERESTART",
-        "ESTRPIPE",
-        "EUSERS",
-        "ENOTSOCK",
-        "EDESTADDRREQ",
-        "EMSGSIZE",
-        "EPROTOTYPE",
-        "ENOPROTOOPT",
-        "EPROTONOSUPPORT",
-        "ESOCKTNOSUPPORT",
-        "EOPNOTSUPP",
-        "EPFNOSUPPORT",
-        "EAFNOSUPPORT",
-        "EADDRINUSE",
-        "EADDRNOTAVAIL",
-        "ENETDOWN",
-        "ENETUNREACH",
-        "ENETRESET",
-        "ECONNABORTED",
-        "ECONNRESET",
-        "ENOBUFS",
-        "EISCONN",
-        "ENOTCONN",
-        "ESHUTDOWN",
-        "ETOOMANYREFS",
-        "ETIMEDOUT",
-        "ECONNREFUSED",
-        "EHOSTDOWN",
-        "EHOSTUNREACH",
-        "EALREADY",
-        "EINPROGRESS",
-        "ESTALE",
-        "EUCLEAN",
-        "ENOTNAM",
-        "ENAVAIL",
-        "EISNAM",
-        "EREMOTEIO",
-        "EDQUOT",
-        "ENOMEDIUM",
-        "EMEDIUMTYPE",
-        "ECANCELED",
-        "ENOKEY",
-        "EKEYEXPIRED",
-        "EKEYREVOKED",
-        "EKEYREJECTED",
-        "EOWNERDEAD",
-        "ENOTRECOVERABLE",
-        "ERFKILL",
-        "EHWPOISON",
-    ];
-    const KERNEL: [&str; 20] = [
-        "ERESTARTSYS",
-        "ERESTARTNOINTR",
-        "ERESTARTNOHAND",
-        "ENOIOCTLCMD",
-        "ERESTART_RESTARTBLOCK",
-        "EPROBE_DEFER",
-        "EOPENSTALE",
-        "ENOPARAM",
-        "",
-        "EBADHANDLE",
-        "ENOTSYNC",
-        "EBADCOOKIE",
-        "ENOTSUPP",
-        "ETOOSMALL",
-        "ESERVERFAULT",
-        "EBADTYPE",
-        "EJUKEBOX",
-        "EIOCBQUEUED",
-        "ERECALLCONFLICT",
-        "ENOGRACE",
-    ];
-    let name = match e {
-        1..=133 => NAMES.get(e as usize),
-        512..=531 => KERNEL.get((e - 512) as usize),
-        _ => None,
-    }?;
-    (!name.is_empty()).then_some(*name)
-}
-
 /// A negative errno: `-2 (ENOENT)`.
 fn write_errno(w: &mut impl Write, v: i64) -> fmt::Result {
     write!(w, "{}", v)?;
@@ -851,17 +684,6 @@ mod tests {
         let c = ArgArea::from_slots(&slots[..1]);
         assert_eq!(c.string(1), None);
         assert_eq!(c.nregs, 3);
-    }
-
-    #[test]
-    fn errnos_by_name() {
-        assert_eq!(errno_name(2), Some("ENOENT"));
-        assert_eq!(errno_name(22), Some("EINVAL"));
-        assert_eq!(errno_name(133), Some("EHWPOISON"));
-        assert_eq!(errno_name(512), Some("ERESTARTSYS"));
-        assert_eq!(errno_name(524), Some("ENOTSUPP"));
-        assert_eq!(errno_name(41), None);
-        assert_eq!(errno_name(4000), None);
     }
 
     #[test]

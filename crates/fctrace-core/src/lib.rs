@@ -10,6 +10,7 @@
 pub mod args;
 pub mod batch;
 pub mod btf;
+pub mod errno;
 pub mod format;
 pub mod parse;
 pub mod recent;

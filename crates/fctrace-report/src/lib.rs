@@ -2,8 +2,8 @@
 
 //! Reports on the text traces fctrace writes (`cat trace`, `cat trace_pipe`):
 //! per-function statistics ([`stats`]), the merged call graph ([`graph`]), folded stacks
-//! and flamegraphs ([`folded`]), Chrome trace-event JSON ([`chrome`]) and the
-//! differences between two runs ([`diff`]). [`parse`] turns lines into events and
+//! and flamegraphs ([`folded`]), Chrome trace-event JSON ([`chrome`]), the
+//! differences between two runs ([`diff`]) and where errors came from ([`errors`]). [`parse`] turns lines into events and
 //! [`tree`] events into per-thread call trees, which the reports read.
 //!
 //! Nothing here panics on bad input: a line that cannot be parsed is an error naming
@@ -12,6 +12,7 @@
 
 pub mod chrome;
 pub mod diff;
+pub mod errors;
 pub mod folded;
 pub mod graph;
 pub mod parse;

@@ -7,7 +7,7 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 use fctrace_report::folded::{FlameOptions, Weight};
 use fctrace_report::stats::SortKey;
 use fctrace_report::tree::BuildOptions;
-use fctrace_report::{chrome, diff, folded, graph, stats, LoadOptions, Trace};
+use fctrace_report::{chrome, diff, errors, folded, graph, stats, LoadOptions, Trace};
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -125,6 +125,21 @@ enum Command {
         /// The JSON file to write (`-`: standard output).
         #[arg(short, long)]
         output: PathBuf,
+    },
+    /// Where errors came from: each call at the top of a tree (a system call, a call of
+    /// the start function) that returned a negative errno, the deepest call below it where
+    /// that value first appeared, and the path to it, counted when it repeats (like
+    /// retsnoop). Needs `retval`; with `args` the values are typed.
+    Errors {
+        /// The trace (`-` or nothing: standard input).
+        #[arg(default_value = "-")]
+        trace: PathBuf,
+        /// Show at most N paths (the most taken first).
+        #[arg(short = 'n', long, default_value_t = 20)]
+        limit: usize,
+        /// Write JSON (all paths) instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// What two runs did differently: functions and call paths in one and not the
     /// other, error returns and reasons not followed that differ, and the biggest
@@ -418,6 +433,26 @@ fn run(cli: &Cli) -> Result<()> {
             let t = load(trace, la)?;
             let mut w = output(Some(out))?;
             chrome::write_json(&mut w, &t, &name(trace))?;
+            w.flush()?;
+        }
+        Command::Errors { trace, limit, json } => {
+            let t = load(trace, la)?;
+            let e = errors::compute(&t);
+            let mut w = output(None)?;
+            if *json {
+                serde_json::to_writer_pretty(
+                    &mut w,
+                    &serde_json::json!({
+                        "source": name(trace),
+                        "summary": t.summary,
+                        "errors": e,
+                    }),
+                )?;
+                writeln!(w)?;
+            } else {
+                writeln!(w, "# {}: {}", name(trace), t.describe())?;
+                errors::write_text(&mut w, &e, *limit)?;
+            }
             w.flush()?;
         }
         Command::Diff { a, b, limit, json } => {

@@ -43,11 +43,10 @@ pub struct FuncStats {
     pub error_returns: BTreeMap<String, u64>,
 }
 
-/// The errno of a return value as printed (`-2`, `-2 (ENOENT)`), if it is one.
+/// The errno of a return value as printed (`-2`, `-2 (ENOENT)`, `0xfffffffe`), if it is
+/// one (see [`crate::errors::errno_of`]).
 pub fn errno_of(ret: &str) -> Option<i64> {
-    let num = ret.split_whitespace().next()?;
-    let v: i64 = num.parse().ok()?;
-    (-4095..0).contains(&v).then_some(v)
+    crate::errors::errno_of(ret)
 }
 
 /// The statistics of every function of the trace (interrupt nodes are not functions),

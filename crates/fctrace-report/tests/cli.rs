@@ -170,6 +170,35 @@ fn folded_flamegraph_and_chrome_files() {
 }
 
 #[test]
+fn errors_text_and_json() {
+    let out = ok(&["errors", &data("openat-enoent.handmade.trace")]);
+    assert!(
+        out.contains(
+            "do_sys_openat2 = -2 (ENOENT), first returned by step_into  [1 time, fct_cat-71"
+        ),
+        "{}",
+        out
+    );
+    assert!(
+        out.contains("          step_into  ret=-2 (ENOENT)  <- first returned here"),
+        "{}",
+        out
+    );
+    let out = ok(&["errors", &data("openat-args.trace")]);
+    assert!(
+        out.contains("1 call at the top of a tree, 0 returned an error"),
+        "{}",
+        out
+    );
+    let out = ok(&["errors", "--json", &data("openat-enoent.handmade.trace")]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let p = &v["errors"]["paths"][0];
+    assert_eq!(p["errno"], -2);
+    assert_eq!(p["path"].as_array().unwrap().len(), 4);
+    assert_eq!(p["path"][3]["function"], "step_into");
+}
+
+#[test]
 fn diff_text_and_json() {
     let a = data("openat-args.trace");
     let b = data("openat-enoent.handmade.trace");
