@@ -3,7 +3,8 @@
 //! Reports on the text traces fctrace writes (`cat trace`, `cat trace_pipe`):
 //! per-function statistics ([`stats`]), the merged call graph ([`graph`]), folded stacks
 //! and flamegraphs ([`folded`]), Chrome trace-event JSON ([`chrome`]), the
-//! differences between two runs ([`diff`]) and where errors came from ([`errors`]). [`parse`] turns lines into events and
+//! differences between two runs ([`diff`]), where errors came from ([`errors`]) and
+//! where a value went ([`follow`]). [`parse`] turns lines into events and
 //! [`tree`] events into per-thread call trees, which the reports read.
 //!
 //! Nothing here panics on bad input: a line that cannot be parsed is an error naming
@@ -14,6 +15,7 @@ pub mod chrome;
 pub mod diff;
 pub mod errors;
 pub mod folded;
+pub mod follow;
 pub mod graph;
 pub mod parse;
 pub mod stats;

@@ -7,7 +7,7 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 use fctrace_report::folded::{FlameOptions, Weight};
 use fctrace_report::stats::SortKey;
 use fctrace_report::tree::BuildOptions;
-use fctrace_report::{chrome, diff, errors, folded, graph, stats, LoadOptions, Trace};
+use fctrace_report::{chrome, diff, errors, folded, follow, graph, stats, LoadOptions, Trace};
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -138,6 +138,23 @@ enum Command {
         #[arg(short = 'n', long, default_value_t = 20)]
         limit: usize,
         /// Write JSON (all paths) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Where a value went: every call whose arguments or return value carry VALUE (a
+    /// number or pointer, a hashed pointer `ptr:...`, or a string an argument contains),
+    /// in the order of the trace, with the path to each.
+    Follow {
+        /// The value: `0xffff888002777f28`, `4096`, `ptr:5d1c2e07`, `/tmp/x`.
+        value: String,
+        /// The trace (`-` or nothing: standard input).
+        #[arg(default_value = "-")]
+        trace: PathBuf,
+        /// Also the values inside the object of this many bytes at VALUE (a number),
+        /// shown with their offset.
+        #[arg(long, default_value_t = 0)]
+        size: u64,
+        /// Write JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -452,6 +469,32 @@ fn run(cli: &Cli) -> Result<()> {
             } else {
                 writeln!(w, "# {}: {}", name(trace), t.describe())?;
                 errors::write_text(&mut w, &e, *limit)?;
+            }
+            w.flush()?;
+        }
+        Command::Follow {
+            value,
+            trace,
+            size,
+            json,
+        } => {
+            let t = load(trace, la)?;
+            let hits = follow::find(&t, &follow::Needle::parse(value, *size));
+            let mut w = output(None)?;
+            if *json {
+                serde_json::to_writer_pretty(
+                    &mut w,
+                    &serde_json::json!({
+                        "source": name(trace),
+                        "value": value,
+                        "size": size,
+                        "calls": hits,
+                    }),
+                )?;
+                writeln!(w)?;
+            } else {
+                writeln!(w, "# {}: {}", name(trace), t.describe())?;
+                follow::write_text(&mut w, value, &hits)?;
             }
             w.flush()?;
         }

@@ -199,6 +199,32 @@ fn errors_text_and_json() {
 }
 
 #[test]
+fn follow_text_and_json() {
+    let real = data("openat-args.trace");
+    let out = ok(&["follow", "notes.txt", &real]);
+    assert!(
+        out.contains("# 5 calls carry notes.txt (1 task)"),
+        "{}",
+        out
+    );
+    assert!(
+        out.contains(
+            "fct_cat-69  do_sys_openat2 > getname > getname_flags > strncpy_from_user: \
+             src=\"/tmp/fct/notes.txt\""
+        ),
+        "{}",
+        out
+    );
+    let out = ok(&["follow", "0xffff888002777f28", &real]);
+    assert!(out.contains("# 2 calls carry"), "{}", out);
+    let out = ok(&["follow", "--json", "0xffff888002777f28", &real]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["calls"].as_array().unwrap().len(), 2);
+    assert_eq!(v["calls"][1]["path"][1], "build_open_flags");
+    assert_eq!(v["calls"][1]["places"][0]["name"], "how");
+}
+
+#[test]
 fn diff_text_and_json() {
     let a = data("openat-args.trace");
     let b = data("openat-enoent.handmade.trace");
