@@ -18,6 +18,7 @@ pub mod folded;
 pub mod follow;
 pub mod graph;
 pub mod parse;
+pub mod select;
 pub mod stats;
 pub mod table;
 pub mod tree;

@@ -7,7 +7,9 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 use fctrace_report::folded::{FlameOptions, Weight};
 use fctrace_report::stats::SortKey;
 use fctrace_report::tree::BuildOptions;
-use fctrace_report::{chrome, diff, errors, folded, follow, graph, stats, LoadOptions, Trace};
+use fctrace_report::{
+    chrome, diff, errors, folded, follow, graph, select, stats, LoadOptions, Trace,
+};
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -36,6 +38,17 @@ struct LoadArgs {
     /// Leave interrupt trees (`==========> irq` ... `<========== irq`) out.
     #[arg(long, global = true)]
     no_irqs: bool,
+    /// Only this task: `COMM-TID`, a thread id, or a command name (all its threads).
+    #[arg(long, global = true, value_name = "TASK")]
+    task: Option<String>,
+    /// Only the trees below the outermost calls of this function (`name`, or
+    /// `name [module]`), each call a tree of its own.
+    #[arg(long, global = true, value_name = "FUNCTION")]
+    subtree: Option<String>,
+    /// Only calls that took at least this many microseconds (as ftrace's
+    /// `tracing_thresh`): a shorter call goes with the calls it made.
+    #[arg(long, global = true, value_name = "US")]
+    min_us: Option<f64>,
     /// Also print the anomalies met (frames rebuilt from a `}` whose opening was lost,
     /// frames never closed, durations that do not add up, skipped lines) on standard
     /// error, with line numbers.
@@ -246,7 +259,7 @@ fn load(path: &Path, args: &LoadArgs) -> Result<Trace> {
             no_irqs: args.no_irqs,
         },
     };
-    let (trace, skipped) = fctrace_report::load_bytes(&bytes, opts).map_err(|e| {
+    let (whole, skipped) = fctrace_report::load_bytes(&bytes, opts).map_err(|e| {
         anyhow!(
             "{}: cannot parse line {}: {}\n  {}\n(use --lenient to skip such lines)",
             name(path),
@@ -255,7 +268,23 @@ fn load(path: &Path, args: &LoadArgs) -> Result<Trace> {
             e.line
         )
     })?;
+    if args.min_us.is_some_and(|us| !(us >= 0.0 && us.is_finite())) {
+        bail!("--min-us: a number of microseconds, 0 or more");
+    }
+    let sel = select::Selection {
+        task: args.task.clone(),
+        subtree: args.subtree.clone(),
+        min_ns: args.min_us.map(|us| (us * 1000.0).round() as u64),
+    };
+    let trace = select::select(&whole, &sel);
     let mut err = io::stderr().lock();
+    if !sel.is_all() && trace.summary.calls == 0 {
+        writeln!(
+            err,
+            "fctrace-report: {}: nothing left after --task/--subtree/--min-us",
+            name(path)
+        )?;
+    }
     if !skipped.is_empty() {
         let first = skipped
             .first()

@@ -225,6 +225,33 @@ fn follow_text_and_json() {
 }
 
 #[test]
+fn selections_task_subtree_threshold() {
+    let real = data("openat-args.trace");
+    let out = ok(&[
+        "stats",
+        "--subtree",
+        "path_openat",
+        "--min-us",
+        "100",
+        &real,
+    ]);
+    assert!(out.contains("1 task, 13 calls (0 not followed)"), "{}", out);
+    assert!(
+        out.lines().nth(2).unwrap().ends_with("path_openat"),
+        "{}",
+        out
+    );
+    assert!(!out.contains("getname"), "{}", out);
+    let out = ok(&["graph", "--task", "69", &real]);
+    assert!(out.contains("117 calls"), "{}", out);
+    let out = run(&["stats", "--task", "fct_cat-1", &real]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing left"));
+    let out = run(&["stats", "--min-us", "-1", &real]);
+    assert!(!out.status.success());
+}
+
+#[test]
 fn diff_text_and_json() {
     let a = data("openat-args.trace");
     let b = data("openat-enoent.handmade.trace");
