@@ -344,6 +344,11 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "single_steps: {}", n(&s.single_steps))?;
     writeln!(t, "single_steps_trapped: {}", n(&s.single_steps_trapped))?;
     writeln!(t, "single_steps_lost: {}", n(&s.single_steps_lost))?;
+    writeln!(
+        t,
+        "single_steps_unclaimed: {}",
+        n(&s.single_steps_unclaimed)
+    )?;
     writeln!(t, "presite_computed: {}", n(&s.presite_computed))?;
     writeln!(t, "probe_blockers: {}", n(&s.probe_blockers))?;
     writeln!(

@@ -312,6 +312,10 @@ pub(crate) struct Tracer {
     /// A process that stopped being traced at a privileged exec, for the work item to
     /// name in `error_log` (the exec hook cannot take its mutex); 0: none.
     privileged_exec_pid: AtomicU32,
+    /// Where the first single-step trap fctrace ended without a step of its own to account
+    /// for it stopped (see `step::on_debug`), for the work item to name in `error_log`;
+    /// 0: none since it last did.
+    pub(crate) unclaimed_step: AtomicU64,
     /// A return came through the trampoline where no word was replaced: where it was sent
     /// (see [`Tracer::return_unexpected`]), for the work item to name in `error_log` as it
     /// stops tracing; 0: none.
@@ -560,6 +564,21 @@ impl Tracer {
         }
     }
 
+    /// In the work item: names in `error_log` where a single-step trap that no step of
+    /// fctrace's accounted for was ended, if one was.
+    fn log_unclaimed_step(&self) {
+        let at = self.unclaimed_step.swap(0, Ordering::AcqRel);
+        if at != 0 {
+            let mut sym = crate::ksym::SymBuf::new().ok();
+            let name = sym.as_mut().map_or("?", |s| s.name(at));
+            self.log(format_args!(
+                "trace: a single-step trap of a traced task at {} that no step of \
+                 fctrace's accounts for: ended (single_steps_unclaimed)",
+                name
+            ));
+        }
+    }
+
     /// In the work item (or as tracing starts again), with the mutex held: after a return
     /// the trace could not account for ([`Tracer::return_unexpected`]), tracing stops if
     /// it runs (every probe removed, `tracing_on` 0) and `error_log` says why. Whether
@@ -705,6 +724,7 @@ impl TracerHandle {
                 traced_mask: AtomicU64::new(0),
                 blockers_since: AtomicU64::new(0),
                 privileged_exec_pid: AtomicU32::new(0),
+                unclaimed_step: AtomicU64::new(0),
                 unexpected_return: AtomicU64::new(0),
                 active: AtomicBool::new(false),
                 readers: AtomicUsize::new(0),

@@ -123,6 +123,9 @@ pub(crate) struct Stats {
     /// Single steps started from a pre-site probe's breakpoint (not optimized, or not yet).
     pub(crate) single_steps_trapped: AtomicU64,
     pub(crate) single_steps_lost: AtomicU64,
+    /// Kernel single-step traps of a traced task that no notifier claimed and that no
+    /// step of fctrace's accounts for: ended as fctrace's (see `step::on_debug`).
+    pub(crate) single_steps_unclaimed: AtomicU64,
     /// Pre-site hits of the traced task whose target the pre-site computed and found
     /// hooked and armed: no single step, the target's entry hook drew the call.
     pub(crate) presite_computed: AtomicU64,

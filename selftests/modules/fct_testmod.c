@@ -19,7 +19,13 @@
  * 2: a call chain three levels deep below a function reached through an ops table,
  * made in atomic context, whose last function calls another callee from one run to
  * the next (trace/atomic_edge.tc).
+ *
+ * Writing to /proc/fct_testmod_step single-steps one instruction of the module's
+ * own with the trap flag, and claims the trap in a die notifier that runs after
+ * fctrace's: reading the file gives how many such traps reached it
+ * (trace/foreign_step.tc: fctrace leaves single steps that are not its own alone).
  */
+#include <linux/kdebug.h>
 #include <linux/kstrtox.h>
 #include <linux/module.h>
 #include <linux/objtool.h>
@@ -29,6 +35,8 @@
 #include <linux/uaccess.h>
 #include <asm/linkage.h>
 #include <asm/nospec-branch.h>
+#include <asm/debugreg.h>
+#include <asm/processor-flags.h>
 
 enum fct_testmod_match {
 	FCT_TESTMOD_EXACT,
@@ -229,6 +237,71 @@ static const struct proc_ops fct_testmod_cp_ops = {
 	.proc_write = fct_testmod_cp_write,
 };
 
+/* Where the stepped instruction (a nop) ends: the single-step trap's address. */
+/* Where the stepped instruction (a nop) ends: the single-step trap's address. */
+static unsigned long fct_testmod_step_end;
+static atomic_t fct_testmod_steps = ATOMIC_INIT(0);
+
+static noinline void fct_testmod_step_once(void)
+{
+	unsigned long flags = native_save_fl(), end;
+
+	/*
+	 * The trap flag on, one nop, and the trap comes after it, where the notifier
+	 * clears it. The address is taken here: objtool wants no reference from another
+	 * function to a place without an endbr.
+	 */
+	asm volatile("lea 1f(%%rip), %0\n\t"
+		     "mov %0, %1\n\t"
+		     "push %2\n\tpopf\n\tnop\n1:\n"
+		     : "=&r"(end), "=m"(fct_testmod_step_end)
+		     : "r"(flags | X86_EFLAGS_TF)
+		     : "memory", "cc");
+}
+
+static int fct_testmod_die(struct notifier_block *nb, unsigned long val, void *data)
+{
+	struct die_args *args = data;
+	unsigned long *dr6 = (unsigned long *)args->err;
+
+	if (val != DIE_DEBUG || !(args->regs->flags & X86_EFLAGS_TF) ||
+	    args->regs->ip != READ_ONCE(fct_testmod_step_end))
+		return NOTIFY_DONE;
+	args->regs->flags &= ~X86_EFLAGS_TF;
+	if (dr6)
+		*dr6 &= ~DR_STEP;
+	atomic_inc(&fct_testmod_steps);
+	return NOTIFY_STOP;
+}
+
+/* After fctrace's (priority -1): it sees only what fctrace left. */
+static struct notifier_block fct_testmod_nb = {
+	.notifier_call = fct_testmod_die,
+	.priority = -2,
+};
+
+static ssize_t fct_testmod_step_write(struct file *file, const char __user *ubuf,
+				      size_t count, loff_t *ppos)
+{
+	fct_testmod_step_once();
+	return count;
+}
+
+static ssize_t fct_testmod_step_read(struct file *file, char __user *ubuf, size_t count,
+				     loff_t *ppos)
+{
+	char buf[16];
+	int n = scnprintf(buf, sizeof(buf), "%d\n", atomic_read(&fct_testmod_steps));
+
+	return simple_read_from_buffer(ubuf, count, ppos, buf, n);
+}
+
+static const struct proc_ops fct_testmod_step_ops = {
+	.proc_write = fct_testmod_step_write,
+	.proc_read = fct_testmod_step_read,
+};
+
+static struct proc_dir_entry *fct_testmod_step_entry;
 static struct proc_dir_entry *fct_testmod_entry;
 static struct proc_dir_entry *fct_testmod_edge_entry;
 static struct proc_dir_entry *fct_testmod_cp_entry;
@@ -251,12 +324,23 @@ static int __init fct_testmod_init(void)
 		proc_remove(fct_testmod_entry);
 		return -ENOMEM;
 	}
+	fct_testmod_step_entry = proc_create("fct_testmod_step", 0600, NULL,
+					     &fct_testmod_step_ops);
+	if (!fct_testmod_step_entry || register_die_notifier(&fct_testmod_nb)) {
+		proc_remove(fct_testmod_step_entry);
+		proc_remove(fct_testmod_cp_entry);
+		proc_remove(fct_testmod_edge_entry);
+		proc_remove(fct_testmod_entry);
+		return -ENOMEM;
+	}
 	return 0;
 }
 
 static void __exit fct_testmod_exit(void)
 {
 	proc_remove(fct_testmod_cp_entry);
+	unregister_die_notifier(&fct_testmod_nb);
+	proc_remove(fct_testmod_step_entry);
 	proc_remove(fct_testmod_edge_entry);
 	proc_remove(fct_testmod_entry);
 }

@@ -92,8 +92,9 @@ impl Tracer {
 
     /// In the trampoline: waits for the pending callee to be armed (or the reader, with
     /// `lossless`). Returns whether a pre-site's single step goes on from the call site
-    /// the trampoline returns to (`to_site`: `fctrace_trampoline`; see `step.rs`).
-    pub(super) fn arm_pending(&self, to_site: bool) -> bool {
+    /// the trampoline returns to (`to_site`: where `fctrace_trampoline` returns to; `None`
+    /// for the entry trampoline; see `step.rs`).
+    pub(super) fn arm_pending(&self, to_site: Option<u64>) -> bool {
         let (pid, _) = current_ids();
         let mut resume = false;
         // The trampoline runs at the top of the task's kernel code, in no handler: its
@@ -204,7 +205,11 @@ impl Tracer {
 pub(crate) extern "C" fn fctrace_arm_pending(flags: u64, kept: *mut u64) {
     if let Some(tr) = tracer() {
         tr.check_flags(flags);
-        if tr.arm_pending(true) && !kept.is_null() {
+        // SAFETY: `kept` points to the flags word of the interrupt frame the trampoline
+        // pushed on our own stack (FRAME_FLAGS in trampoline.S); G, where the task goes
+        // on, is its word 32 bytes above.
+        let to = (!kept.is_null()).then(|| unsafe { kept.add(4).read() });
+        if tr.arm_pending(to) && !kept.is_null() {
             // A pre-site's single step goes on from the call site (see `step.rs`).
             const X86_EFLAGS_TF: u64 = 1 << 8;
             // SAFETY: `kept` points to the flags word the trampoline pushed on our own
@@ -225,6 +230,6 @@ pub(crate) extern "C" fn fctrace_arm_pending_entry(flags: u64) {
     if let Some(tr) = tracer() {
         tr.waits.inflight.fetch_add(1, Ordering::AcqRel);
         tr.check_flags(flags);
-        tr.arm_pending(false);
+        tr.arm_pending(None);
     }
 }

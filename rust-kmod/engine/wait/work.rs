@@ -15,6 +15,7 @@ impl Tracer {
     /// trampoline are served and functions first called in atomic context armed ahead.
     pub(super) fn sync_work(&self) {
         self.log_privileged_exec();
+        self.log_unclaimed_step();
         // Arming time does not count toward `disarm_after` (see `IdleClock`).
         let idle = self.table.idle_clock();
         idle.begin();
