@@ -619,6 +619,7 @@ impl Tracer {
         // function from what reads show): a module that comes or goes waits for no arming
         // pass unless fctrace has something of it.
         let inside = |a: u64| (start..end).contains(&a);
+        self.drop_queued_in(start, end);
         let armed = || {
             let mut armed = self.hooks.any_in(start, end);
             self.table.for_each(|_, f| armed |= inside(f));

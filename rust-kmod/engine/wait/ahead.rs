@@ -73,6 +73,18 @@ impl Tracer {
         }
     }
 
+    /// Module text [`start`, `end`) goes away: the functions there queued for arming ahead
+    /// are dropped (whatever is loaded there next is not armed for them).
+    pub(crate) fn drop_queued_in(&self, start: u64, end: u64) {
+        let w = &self.waits;
+        for q in Iterator::chain(w.wanted.iter(), w.later.iter()) {
+            let t = q.load(Ordering::Acquire);
+            if (start..end).contains(&t) {
+                let _ = q.compare_exchange(t, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Functions and ops tables queued for arming ahead and not armed yet, plus one while
     /// the work item is arming a batch it took from the queue, and one while it arms what
     /// a task waited for (for `stats`: 0 means arming ahead is done; on a slow kernel a
