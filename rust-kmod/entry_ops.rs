@@ -8,8 +8,33 @@
 //! hash).
 
 use crate::bindings;
+use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::alloc::KVec;
 use kernel::prelude::*;
+
+/// Notes the call sites in ftrace's own trampolines (`ftrace_call` in `ftrace_caller`,
+/// `ftrace_regs_call` in `ftrace_regs_caller`), which ftrace patches when the ops it
+/// calls change (one ops, or the list of them): a late int3 there follows a registration
+/// or unregistration of ours. Their addresses are looked up once (`u64::MAX`: absent).
+fn note_ftrace_callers() {
+    static SITES: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+    for (slot, name) in SITES
+        .iter()
+        .zip([kernel::c_str!("ftrace_call"), kernel::c_str!("ftrace_regs_call")])
+    {
+        let mut a = slot.load(Ordering::Relaxed);
+        if a == 0 {
+            a = match crate::ksym::addr_of(name) {
+                0 => u64::MAX,
+                found => found,
+            };
+            slot.store(a, Ordering::Relaxed);
+        }
+        if a != u64::MAX {
+            crate::trap_notifier::text_changed(a);
+        }
+    }
+}
 
 /// The set of hooked ftrace sites. An ops is registered once it has a filter (an ops
 /// without one would hook every function); all are unregistered when the set is cleared
@@ -35,7 +60,8 @@ impl EntryHooks {
         self.ips.reserve(ips.len(), GFP_KERNEL)?;
         let note = || {
             ips.iter()
-                .for_each(|&ip| crate::trap_notifier::text_changed(ip))
+                .for_each(|&ip| crate::trap_notifier::text_changed(ip));
+            note_ftrace_callers();
         };
         note();
         // SAFETY: a C wrapper; `ips` is valid for `ips.len()` words (`u64` is `unsigned
@@ -54,7 +80,8 @@ impl EntryHooks {
     pub(crate) fn clear(&mut self) {
         let note = |ips: &[u64]| {
             ips.iter()
-                .for_each(|&ip| crate::trap_notifier::text_changed(ip))
+                .for_each(|&ip| crate::trap_notifier::text_changed(ip));
+            note_ftrace_callers();
         };
         note(&self.ips);
         // SAFETY: a C wrapper; process context, no spinlock held (our callers hold only
