@@ -217,8 +217,8 @@ fctrace: every kernel function call of chosen tasks, by dynamic call-site probin
                   the trace does not wait (not followed: arming timed out).
                   0 = never wait: first calls are armed ahead.
   buffer_size_kb  Ring buffer size per CPU, in KiB.
-  options         follow-forks, retval, duration, irqs, lossless, args: write
-                  NAME or noNAME.
+  options         follow-forks, retval, duration, irqs, lossless, args,
+                  callsite, abstime, errors: write NAME or noNAME.
   trace_pipe      Consuming, blocking read of the trace.
   trace           Snapshot of the trace, not consumed. A write clears the buffer.
   stats           Counters: events, lost events, probes, calls not followed.
@@ -499,7 +499,7 @@ fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
             let (opt, on) = parse::parse_option(data).map_err(|e| {
                 tr.log(format_args!(
                     "options: unknown option (known: follow-forks, retval, duration, irqs, \
-                     lossless, args; 'no' clears)"
+                     lossless, args, callsite, abstime, errors; 'no' clears)"
                 ));
                 errno(e)
             })?;

@@ -22,7 +22,31 @@ fn options(tr: &Tracer, hide: bool) -> Options {
         retval: tr.settings.option(OptionName::Retval),
         duration: tr.settings.option(OptionName::Duration),
         ptr_hash: if hide { Some(sys::ptr_hash) } else { None },
+        callsite: tr.settings.option(OptionName::Callsite),
+        abstime: tr.settings.option(OptionName::Abstime),
+        errors: tr.settings.option(OptionName::Errors),
     }
+}
+
+/// Names the call site `site` into `out`: `caller+0x1c` (`caller+0x1c [mod]`), or, with
+/// no symbol there, its address (hashed for a reader who may not see addresses).
+/// Nothing for 0 (a call whose site is not known).
+fn site_name(sym: &mut SymBuf, site: u64, opts: Options, out: &mut format::SiteText) -> bool {
+    use core::fmt::Write;
+    if site == 0 {
+        return false;
+    }
+    let r = match sym.lookup(site) {
+        Some(s) => match s.module {
+            Some(m) => write!(out, "{}+{:#x} [{}]", s.name, s.offset, m),
+            None => write!(out, "{}+{:#x}", s.name, s.offset),
+        },
+        None => match opts.ptr_hash {
+            Some(h) => write!(out, "ptr:{:08x}", h(site)),
+            None => write!(out, "{:#x}", site),
+        },
+    };
+    r.is_ok()
 }
 
 /// Appends the line(s) for `ev` (a lost-events marker first, if records were lost before
@@ -42,6 +66,11 @@ fn render(
         pending.put(&ev.rec, a);
         return Ok(());
     }
+    // The site first: `name` borrows the symbol buffer.
+    let mut site = format::SiteText::new();
+    let has_site = opts.callsite
+        && ev.rec.kind != crate::record::Kind::Ret as u8
+        && site_name(sym, ev.rec.site, opts, &mut site);
     let name = sym.name(ev.rec.func);
     let mut hashed = format::HashedName::new();
     // A callee without a symbol is named by its address: hashed for such readers.
@@ -54,7 +83,8 @@ fn render(
         .option(OptionName::Args)
         .then(|| TypedRecord::new(tr, &ev.rec, name, pending, opts.ptr_hash));
     let typed = typed.as_ref().map(|t| t as &dyn Typed);
-    format::write_record_with(t, &ev.rec, shown, opts, typed)
+    let site = has_site.then(|| site.as_str());
+    format::write_record_with(t, &ev.rec, shown, opts, typed, site)
 }
 
 /// Consumes records into `t` until it holds at least `want` bytes or nothing is left to
@@ -98,7 +128,7 @@ pub(crate) struct TraceReader {
 impl TraceReader {
     pub(crate) fn new(st: &'static Tracer, hide: bool) -> Result<Self> {
         let mut t = Text::new();
-        t.0.extend_from_slice(format::HEADER.as_bytes(), GFP_KERNEL)?;
+        t.0.extend_from_slice(format::header(options(st, hide)).as_bytes(), GFP_KERNEL)?;
         let snap = st.buf.snapshot()?;
         // Records lost before this snapshot: the trace below starts after them.
         let mut lost = KVec::new();

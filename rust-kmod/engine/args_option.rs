@@ -538,4 +538,11 @@ impl Typed for TypedRecord<'_> {
             None => crate::format::write_raw_ret(&mut w, v, self.opts.ptr_hash),
         }
     }
+
+    fn is_error(&self, v: u64) -> bool {
+        match self.with(|b, f| args::ret_errno(b, f, v)) {
+            Some(e) => e.is_some(),
+            None => crate::format::raw_is_error(v),
+        }
+    }
 }

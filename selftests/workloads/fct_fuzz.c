@@ -56,7 +56,8 @@ static struct file files[] = {
 	{ "tracing_on", { "0", "1", "2", NULL } },
 	{ "buffer_size_kb", { "1", "64", "1024", "0", NULL } },
 	{ "options", { "retval", "noretval", "duration", "noduration", "irqs", "noirqs",
-		       "args", "noargs", "lossless", "nolossless", "follow-forks", NULL } },
+		       "args", "noargs", "lossless", "nolossless", "follow-forks",
+		       "callsite", "noabstime", "errors", NULL } },
 };
 #define NFILES (sizeof(files) / sizeof(files[0]))
 

@@ -563,22 +563,33 @@ pub fn write_ret(
     let id = ret_type(btf, f);
     let class = btf.class(id).unwrap_or(Class::Other);
     w.write_str("ret=")?;
+    if let Some(e) = ret_errno(btf, f, v) {
+        return write_errno(w, e);
+    }
     match class {
         Class::Int { size, signed: true } if size <= 8 => {
             let x = sized(v, u32::from(size), true) as i64;
-            if (-4095..0).contains(&x) {
-                write_errno(w, x)?;
-            } else if size == 8 {
+            if size == 8 {
                 write_word(w, x as u64, opts, |w| write!(w, "{}", x))?;
             } else {
                 write!(w, "{}", x)?;
             }
         }
-        // An error pointer (`ERR_PTR(-ENOENT)`) as the errno.
-        Class::Ptr { .. } if (-4095..0).contains(&(v as i64)) => write_errno(w, v as i64)?,
         c => write_value(w, btf, id, "", c, &[v], None, opts)?,
     }
     Ok(())
+}
+
+/// The negative errno that `v`, returned by `f`, stands for, if its type allows one: a
+/// signed integer (of its own size) or an error pointer (`ERR_PTR(-ENOENT)`) in the
+/// errno range.
+pub fn ret_errno(btf: &Btf<'_>, f: &Type<'_>, v: u64) -> Option<i64> {
+    let x = match btf.class(ret_type(btf, f)).unwrap_or(Class::Other) {
+        Class::Int { size, signed: true } if size <= 8 => sized(v, u32::from(size), true) as i64,
+        Class::Ptr { .. } => v as i64,
+        _ => return None,
+    };
+    (-4095..0).contains(&x).then_some(x)
 }
 
 /// An argument record waiting in a reader for its call's record (a chain of calls with

@@ -24,6 +24,78 @@ pub struct Options {
     /// For a reader who may not see kernel addresses (`kptr_restrict`): the hash that
     /// stands for one, shown as `ptr:` and 8 hex digits (equal addresses, equal hashes).
     pub ptr_hash: Option<fn(u64) -> u32>,
+    /// Show where each call was made (`<-caller+0x1c`), as function_graph's
+    /// `funcgraph-retaddr` does (`callsite` option).
+    pub callsite: bool,
+    /// Show each line's time stamp first (`abstime` option), as function_graph's
+    /// `funcgraph-abstime` does.
+    pub abstime: bool,
+    /// Mark returns of a negative errno with `ERROR`, for `grep` (`errors` option).
+    pub errors: bool,
+}
+
+impl Options {
+    /// Return values and durations shown, nothing else.
+    pub const PLAIN: Options = Options {
+        retval: true,
+        duration: true,
+        ptr_hash: None,
+        callsite: false,
+        abstime: false,
+        errors: false,
+    };
+}
+
+/// Where a call was made, as the reader names it (`caller+0x1c`, `caller+0x1c [mod]`,
+/// or a hashed address): a few bytes kept without allocating.
+pub struct SiteText {
+    buf: [u8; 160],
+    len: usize,
+}
+
+impl SiteText {
+    pub const fn new() -> Self {
+        SiteText {
+            buf: [0; 160],
+            len: 0,
+        }
+    }
+
+    /// What was written (cut at a character boundary if it did not fit).
+    pub fn as_str(&self) -> &str {
+        let b = self.buf.get(..self.len).unwrap_or(&[]);
+        match core::str::from_utf8(b) {
+            Ok(s) => s,
+            Err(e) => core::str::from_utf8(b.get(..e.valid_up_to()).unwrap_or(&[])).unwrap_or(""),
+        }
+    }
+}
+
+impl Default for SiteText {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Write for SiteText {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        for &c in s.as_bytes() {
+            if let Some(slot) = self.buf.get_mut(self.len) {
+                *slot = c;
+                self.len += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The note that names a call's site: `<-caller+0x1c`.
+struct Site<'a>(&'a str);
+
+impl fmt::Display for Site<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<-{}", self.0)
+    }
 }
 
 /// Whether `v` is an address in the kernel's half of the address space (and not a
@@ -63,6 +135,21 @@ pub const HEADER: &str = "# tracer: fctrace\n\
 # CPU  TASK-PID            DURATION                  FUNCTION CALLS\n\
 # |     |   |               |   |                     |   |   |   |\n";
 
+/// The header with the `abstime` column.
+pub const HEADER_ABSTIME: &str = "# tracer: fctrace\n\
+#\n\
+#     TIME        CPU  TASK-PID            DURATION                  FUNCTION CALLS\n\
+#      |          |     |   |               |   |                     |   |   |   |\n";
+
+/// The header for `opts`.
+pub fn header(opts: Options) -> &'static str {
+    if opts.abstime {
+        HEADER_ABSTIME
+    } else {
+        HEADER
+    }
+}
+
 /// Width of the task column (`comm-pid`).
 const TASK_WIDTH: usize = 18;
 
@@ -99,7 +186,16 @@ impl fmt::Display for Task<'_> {
     }
 }
 
-fn write_prefix(w: &mut impl Write, r: &Record, dur: Option<u64>) -> fmt::Result {
+fn write_prefix(w: &mut impl Write, r: &Record, dur: Option<u64>, abstime: bool) -> fmt::Result {
+    if abstime {
+        // Seconds and microseconds of the kernel's clock, as function_graph prints them.
+        write!(
+            w,
+            "{:>6}.{:06} | ",
+            r.ts / 1_000_000_000,
+            r.ts % 1_000_000_000 / 1000
+        )?;
+    }
     write!(w, "{:>2}) {} |", r.cpu, Task(r))?;
     match dur {
         Some(ns) => write!(
@@ -175,8 +271,14 @@ pub fn irq_context(r: &Record) -> Option<&'static str> {
 
 /// Writes the marker line that opens (`enter`) or closes an interrupt's tree, like
 /// function_graph's `funcgraph-irqs`: `==========> irq` / `<========== irq`.
-fn write_irq_marker(w: &mut impl Write, r: &Record, what: &str, enter: bool) -> fmt::Result {
-    write_prefix(w, r, None)?;
+fn write_irq_marker(
+    w: &mut impl Write,
+    r: &Record,
+    what: &str,
+    enter: bool,
+    abstime: bool,
+) -> fmt::Result {
+    write_prefix(w, r, None, abstime)?;
     if enter {
         writeln!(w, "==========> {}", what)
     } else {
@@ -184,8 +286,9 @@ fn write_irq_marker(w: &mut impl Write, r: &Record, what: &str, enter: bool) -> 
     }
 }
 
-/// The notes of a call's flags, in the order they are written (a call has at most these
-/// three, and then a reason or a value: `notes` in [`write_record`] has room for four).
+/// The notes of a call's flags, in the order they are written (a call has its site
+/// first, at most these three, then a reason, a value and `ERROR`: `notes` in
+/// [`write_record_with`] has room for seven).
 static FLAG_NOTES: [(u8, &str); 3] = [
     (F_TAIL, "tail call"),
     (F_INDIRECT, "indirect"),
@@ -195,7 +298,7 @@ static FLAG_NOTES: [(u8, &str); 3] = [
 /// Writes one line for `r`. `name` is the symbol of `r.func`. A [`Kind::Whole`] record (a
 /// call and its return) is one leaf line `name();` with the return's duration and value.
 pub fn write_record(w: &mut impl Write, r: &Record, name: &str, opts: Options) -> fmt::Result {
-    write_record_with(w, r, name, opts, None)
+    write_record_with(w, r, name, opts, None, None)
 }
 
 /// What the `args` option adds to a line: the call's arguments, written after the
@@ -207,6 +310,13 @@ pub trait Typed {
     fn has_ret(&self) -> bool;
     /// Writes `ret=` and the value `v`.
     fn write_ret(&self, w: &mut dyn Write, v: u64) -> fmt::Result;
+    /// Whether `v`, returned, is a negative errno (as its type says).
+    fn is_error(&self, v: u64) -> bool;
+}
+
+/// Whether a raw return value is a negative errno (or an error pointer).
+pub fn raw_is_error(v: u64) -> bool {
+    (-4095..0).contains(&(v as i64))
 }
 
 struct TypedRet<'a>(&'a dyn Typed, u64);
@@ -217,13 +327,16 @@ impl fmt::Display for TypedRet<'_> {
     }
 }
 
-/// [`write_record`], with what `typed` knows of the function (`args` option).
+/// [`write_record`], with what `typed` knows of the function (`args` option), and the
+/// name of the call's site (`callsite` option; none known for the start function's own
+/// call).
 pub fn write_record_with(
     w: &mut impl Write,
     r: &Record,
     name: &str,
     opts: Options,
     typed: Option<&dyn Typed>,
+    site: Option<&str>,
 ) -> fmt::Result {
     let kind = Kind::from_u8(r.kind);
     if kind == Some(Kind::Args) {
@@ -231,8 +344,14 @@ pub fn write_record_with(
         return Ok(());
     }
     let reason = Reason::from_u8(r.reason);
-    let mut notes: [&dyn fmt::Display; 4] = [&""; 4];
+    let mut notes: [&dyn fmt::Display; 7] = [&""; 7];
     let mut n = 0;
+    let site_note;
+    if let Some(s) = site.filter(|_| opts.callsite && kind != Some(Kind::Ret)) {
+        site_note = Site(s);
+        notes[n] = &site_note;
+        n += 1;
+    }
     let retval;
     let closing = matches!(kind, Some(Kind::Ret | Kind::Whole)).then_some(r);
     let dur = closing
@@ -240,40 +359,46 @@ pub fn write_record_with(
         .map(|c| c.dur);
     if kind != Some(Kind::Ret) {
         for (bit, text) in FLAG_NOTES.iter() {
-            if r.flags & bit != 0 {
+            if r.flags & bit != 0 && n < notes.len() {
                 notes[n] = text;
                 n += 1;
             }
         }
     }
     let reason_text = reason.text();
-    if reason != Reason::None {
+    if reason != Reason::None && n < notes.len() {
         notes[n] = &reason_text;
         n += 1;
     }
     let typed_ret;
     if let Some(c) = closing.filter(|c| opts.retval && c.flags & F_RETVAL != 0) {
-        if let Some(t) = typed {
+        let error = if let Some(t) = typed {
             // Typed: nothing for a `void` function.
             if t.has_ret() && n < notes.len() {
                 typed_ret = TypedRet(t, c.retval);
                 notes[n] = &typed_ret;
                 n += 1;
             }
+            t.has_ret() && t.is_error(c.retval)
         } else {
             retval = Retval(c.retval, opts.ptr_hash);
             if n < notes.len() {
                 notes[n] = &retval;
                 n += 1;
             }
+            raw_is_error(c.retval)
+        };
+        if error && opts.errors && n < notes.len() {
+            notes[n] = &"ERROR";
+            n += 1;
         }
     }
     // An interrupt's tree (its entry function at depth 0) is set off by marker lines.
     let irq = irq_context(r).filter(|_| r.depth == 0);
     if let Some(what) = irq.filter(|_| kind != Some(Kind::Ret)) {
-        write_irq_marker(w, r, what, true)?;
+        write_irq_marker(w, r, what, true, opts.abstime)?;
     }
-    write_prefix(w, r, dur)?;
+    write_prefix(w, r, dur, opts.abstime)?;
     let mut head = None;
     match kind {
         Some(Kind::Call) => {
@@ -297,7 +422,7 @@ pub fn write_record_with(
     w.write_char('\n')?;
     let closes = kind != Some(Kind::Call);
     if let Some(what) = irq.filter(|_| closes) {
-        write_irq_marker(w, r, what, false)?;
+        write_irq_marker(w, r, what, false, opts.abstime)?;
     }
     Ok(())
 }
@@ -353,11 +478,7 @@ mod tests {
         r
     }
 
-    const ALL: Options = Options {
-        retval: true,
-        duration: true,
-        ptr_hash: None,
-    };
+    const ALL: Options = Options::PLAIN;
 
     #[test]
     fn call_ret_and_leaf_lines() {
@@ -447,9 +568,8 @@ mod tests {
             &ret,
             "f",
             Options {
-                retval: true,
                 duration: false,
-                ptr_hash: None,
+                ..Options::PLAIN
             },
         )
         .unwrap();
@@ -513,29 +633,110 @@ mod tests {
         fn write_ret(&self, w: &mut dyn Write, v: u64) -> fmt::Result {
             write!(w, "ret=typed {}", v)
         }
+        fn is_error(&self, v: u64) -> bool {
+            v == 7
+        }
     }
 
     #[test]
     fn typed_lines() {
         let mut s = String::new();
         let call = rec(Kind::Call, 0);
-        write_record_with(&mut s, &call, "f", ALL, Some(&FakeTyped(true))).unwrap();
+        write_record_with(&mut s, &call, "f", ALL, Some(&FakeTyped(true)), None).unwrap();
         let mut ret = rec(Kind::Ret, 0);
         ret.flags = F_RETVAL;
         ret.retval = 7;
-        write_record_with(&mut s, &ret, "f", ALL, Some(&FakeTyped(true))).unwrap();
+        write_record_with(&mut s, &ret, "f", ALL, Some(&FakeTyped(true)), None).unwrap();
         let mut whole = rec(Kind::Whole, 1);
         whole.flags = F_RETVAL;
-        write_record_with(&mut s, &whole, "g", ALL, Some(&FakeTyped(false))).unwrap();
+        write_record_with(&mut s, &whole, "g", ALL, Some(&FakeTyped(false)), None).unwrap();
         let mut args = rec(Kind::Args, 1);
         args.reason = 1;
-        write_record_with(&mut s, &args, "g", ALL, Some(&FakeTyped(false))).unwrap();
+        write_record_with(&mut s, &args, "g", ALL, Some(&FakeTyped(false)), None).unwrap();
         let expected = concat!(
             " 1)             cat-83 |                 |  f(n=1) {\n",
             " 1)             cat-83 |                 |  } /* f ret=typed 7 */\n",
             " 1)             cat-83 |                 |    g(n=1);\n",
         );
         assert_eq!(s, expected);
+    }
+
+    #[test]
+    fn callsite_abstime_and_errors() {
+        let opts = Options {
+            callsite: true,
+            abstime: true,
+            errors: true,
+            ..ALL
+        };
+        let mut s = String::new();
+        let mut call = rec(Kind::Call, 0);
+        call.ts = 12_345_678_901_234;
+        call.flags = F_INDIRECT;
+        write_record_with(
+            &mut s,
+            &call,
+            "vfs_read",
+            opts,
+            None,
+            Some("ksys_read+0x6b"),
+        )
+        .unwrap();
+        let mut leaf = rec(Kind::Whole, 1);
+        leaf.ts = 12_345_678_902_000;
+        leaf.flags = F_DURATION | F_RETVAL;
+        leaf.dur = 870;
+        leaf.retval = (-2i64) as u64;
+        write_record_with(
+            &mut s,
+            &leaf,
+            "rw_verify_area",
+            opts,
+            None,
+            Some("vfs_read+0x4c"),
+        )
+        .unwrap();
+        let mut ret = rec(Kind::Ret, 0);
+        ret.ts = 12_345_679_000_000;
+        ret.flags = F_DURATION | F_RETVAL;
+        ret.dur = 98_766;
+        ret.retval = (-2i64) as u64;
+        write_record_with(&mut s, &ret, "vfs_read", opts, None, Some("ksys_read+0x6b")).unwrap();
+        // Typed: the type decides (7 is an error for FakeTyped).
+        let mut typed = rec(Kind::Ret, 0);
+        typed.ts = ret.ts;
+        typed.flags = F_RETVAL;
+        typed.retval = 7;
+        write_record_with(&mut s, &typed, "f", opts, Some(&FakeTyped(true)), None).unwrap();
+        let expected = concat!(
+            " 12345.678901 |  1)             cat-83 |                 |  vfs_read() { /* <-ksys_read+0x6b, indirect */\n",
+            " 12345.678902 |  1)             cat-83 |        0.870 us  |    rw_verify_area(); /* <-vfs_read+0x4c, ret=-2, ERROR */\n",
+            " 12345.679000 |  1)             cat-83 | +     98.766 us  |  } /* vfs_read ret=-2, ERROR */\n",
+            " 12345.679000 |  1)             cat-83 |                 |  } /* f ret=typed 7, ERROR */\n",
+        );
+        assert_eq!(s, expected);
+        // Without the options: none of it.
+        let mut plain = String::new();
+        write_record_with(
+            &mut plain,
+            &leaf,
+            "rw_verify_area",
+            ALL,
+            None,
+            Some("vfs_read+0x4c"),
+        )
+        .unwrap();
+        assert_eq!(
+            plain,
+            " 1)             cat-83 |        0.870 us  |    rw_verify_area(); /* ret=-2 */\n"
+        );
+        assert!(header(opts).contains("TIME"));
+        assert_eq!(header(ALL), HEADER);
+        let mut t = SiteText::new();
+        for _ in 0..100 {
+            t.write_str("ab").unwrap();
+        }
+        assert_eq!(t.as_str().len(), 160);
     }
 
     fn fake_hash(v: u64) -> u32 {

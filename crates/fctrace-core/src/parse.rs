@@ -395,6 +395,12 @@ pub enum OptionName {
     /// `args`: calls show their arguments, and return values their type, from the
     /// kernel's BTF.
     Args,
+    /// `callsite`: calls show where they were made (`<-caller+0x1c`).
+    Callsite,
+    /// `abstime`: lines start with their time stamp.
+    Abstime,
+    /// `errors`: returns of a negative errno are marked `ERROR`.
+    Errors,
 }
 
 impl OptionName {
@@ -404,13 +410,16 @@ impl OptionName {
 
 /// All options with their names and defaults, in the order the `options` file lists
 /// them, which is the order of [`OptionName`].
-pub const OPTIONS: [(OptionName, &str, bool); 6] = [
+pub const OPTIONS: [(OptionName, &str, bool); 9] = [
     (OptionName::FollowForks, "follow-forks", false),
     (OptionName::Retval, "retval", false),
     (OptionName::Duration, "duration", true),
     (OptionName::Irqs, "irqs", false),
     (OptionName::Lossless, "lossless", false),
     (OptionName::Args, "args", false),
+    (OptionName::Callsite, "callsite", false),
+    (OptionName::Abstime, "abstime", false),
+    (OptionName::Errors, "errors", false),
 ];
 
 /// Parses one write to `options`: `name` sets, `noname` clears. Exactly one option.

@@ -4,7 +4,9 @@
 //! opens): one track per thread, each call a complete (`"ph":"X"`) slice with `ts` and
 //! `dur` in microseconds, nested as the calls were.
 //!
-//! The text trace has durations but no time stamps, so the times are laid out, per
+//! A trace taken with the `abstime` option has time stamps: each call starts at its
+//! own, counted from the first line's, so that gaps between calls and several threads
+//! side by side show as they were. Without them the times are laid out, per
 //! thread, from 0: a call starts where its parent starts plus the durations of its
 //! earlier siblings, and a thread's top-level calls follow each other. The times
 //! between calls (the parent's own work, the gaps between top-level calls) are unknown
@@ -132,7 +134,9 @@ fn for_each_event(
             *l = own.max(children).max(1);
         }
     }
-    // Starts, parents before children.
+    // Starts, parents before children: a node's own time stamp, from the first one
+    // (`abstime`), or laid out after its earlier siblings.
+    let base = nodes.iter().filter_map(|n| n.start_ns).min();
     let mut start = vec![0u64; nodes.len()];
     let mut cursor = vec![0u64; nodes.len()];
     let mut thread_cursor = vec![0u64; trace.threads.len()];
@@ -141,13 +145,21 @@ fn for_each_event(
             Some(p) => cursor.get_mut(p),
             None => thread_cursor.get_mut(n.thread),
         };
-        let s = match slot {
-            Some(c) => {
-                let s = *c;
-                *c = c.saturating_add(len.get(id).copied().unwrap_or(0));
+        let l = len.get(id).copied().unwrap_or(0);
+        let s = match (n.start_ns.zip(base), slot) {
+            (Some((t, b)), slot) => {
+                let s = t.saturating_sub(b);
+                if let Some(c) = slot {
+                    *c = (*c).max(s.saturating_add(l));
+                }
                 s
             }
-            None => 0,
+            (None, Some(c)) => {
+                let s = *c;
+                *c = c.saturating_add(l);
+                s
+            }
+            (None, None) => 0,
         };
         if let Some(x) = start.get_mut(id) {
             *x = s;
@@ -284,5 +296,44 @@ fn obj(v: Value) -> Map<String, Value> {
     match v {
         Value::Object(m) => m,
         _ => Map::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{load_str, LoadOptions};
+
+    #[test]
+    fn abstime_lays_calls_on_the_timeline() {
+        let t = "\
+#     TIME        CPU  TASK-PID            DURATION                  FUNCTION CALLS
+   100.000010 |  0)             t-7 |                 |  a() { /* <-x+0x1c */
+   100.000012 |  0)             t-7 |        1.000 us  |    b(); /* <-a+0x5, ret=-2, ERROR */
+   100.000020 |  0)             t-7 |       12.000 us  |  } /* a ret=-2, ERROR */
+   100.000050 |  1)             u-9 |        2.000 us  |  c(); /* ret=0x0 */
+   100.000100 |  0)             t-7 |        3.000 us  |  a(); /* ret=0x0 */
+";
+        let (tr, _) = load_str(t, LoadOptions::default()).unwrap();
+        let a = &tr.nodes[0];
+        assert_eq!(a.start_ns, Some(100_000_010_000));
+        assert_eq!(a.notes.callsite.as_deref(), Some("x+0x1c"));
+        assert_eq!(a.ret(), Some("-2"));
+        assert!(a.close_notes.as_ref().is_some_and(|n| n.error));
+        let b = &tr.nodes[1];
+        assert_eq!(b.notes.callsite.as_deref(), Some("a+0x5"));
+        assert!(b.notes.error);
+        let d = document(&tr, "t");
+        let slices: Vec<(&str, u32, f64)> = d
+            .trace_events
+            .iter()
+            .filter(|e| e.ph == "X")
+            .map(|e| (e.name.as_str(), e.tid, e.ts.unwrap_or(-1.0)))
+            .collect();
+        // From the first line's time: b 2 us after a, u-9's c at 40 us, a again at 90.
+        assert_eq!(
+            slices,
+            [("a", 7, 0.0), ("b", 7, 2.0), ("a", 7, 90.0), ("c", 9, 40.0)]
+        );
     }
 }

@@ -98,6 +98,12 @@ pub struct Notes {
     /// `ret=VALUE`: the value as printed (`0x1d`, `-2 (ENOENT)`, `true`...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ret: Option<String>,
+    /// `<-caller+0x1c`: where the call was made (`callsite` option), without the `<-`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub callsite: Option<String>,
+    /// `ERROR`: the return value is a negative errno (`errors` option).
+    #[serde(skip_serializing_if = "is_false")]
+    pub error: bool,
     /// Notes this parser does not know, kept as they are.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub other: Vec<String>,
@@ -177,9 +183,12 @@ pub enum Body {
     },
 }
 
-/// A line of a task: `CPU) COMM-TID | DURATION | FUNCTION`.
+/// A line of a task: `[TIME |] CPU) COMM-TID | DURATION | FUNCTION`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TaskLine {
+    /// The event's time (`abstime` option), in nanoseconds (to the microsecond).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ts_ns: Option<u64>,
     /// The CPU the event was recorded on.
     pub cpu: u32,
     /// The thread.
@@ -247,6 +256,7 @@ fn parse_lost(rest: &str) -> Option<Event> {
 /// followed by a `|` (a command name may contain `|`; the function column's arguments
 /// may too, but they come after the first two separators).
 fn parse_task_line(line: &str) -> Result<TaskLine, String> {
+    let (ts_ns, line) = strip_abstime(line);
     let mut first_error = None;
     for (p1, _) in line.match_indices('|') {
         let (Some(head), Some(after)) = (line.get(..p1), line.get(p1 + 1..)) else {
@@ -266,6 +276,7 @@ fn parse_task_line(line: &str) -> Result<TaskLine, String> {
             Ok((cpu, task, duration_ns)) => {
                 let (depth, body) = parse_function(func)?;
                 return Ok(TaskLine {
+                    ts_ns,
                     cpu,
                     task,
                     duration_ns,
@@ -281,6 +292,31 @@ fn parse_task_line(line: &str) -> Result<TaskLine, String> {
     Err(first_error.unwrap_or_else(|| {
         "not a trace line: expected `CPU) TASK-TID | DURATION | FUNCTION`".into()
     }))
+}
+
+/// The time column of the `abstime` option (`  12345.678901 | `): the time in
+/// nanoseconds and the rest of the line; else the line as it is.
+fn strip_abstime(line: &str) -> (Option<u64>, &str) {
+    let Some((head, rest)) = line.split_once('|') else {
+        return (None, line);
+    };
+    let Some((s, us)) = head.trim().split_once('.') else {
+        return (None, line);
+    };
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit());
+    if !digits(s) || us.len() != 6 || !digits(us) {
+        return (None, line);
+    }
+    let ts = s
+        .parse::<u64>()
+        .ok()
+        .and_then(|s| s.checked_mul(1_000_000_000))
+        .zip(us.parse::<u64>().ok())
+        .and_then(|(a, b)| a.checked_add(b * 1000));
+    match ts {
+        Some(t) => (Some(t), rest),
+        None => (None, line),
+    }
 }
 
 /// ` 1)         fct_cat-69 ` into the CPU and the task.
@@ -567,7 +603,16 @@ fn parse_notes(text: &str) -> Notes {
     let mut rest = text.trim();
     while !rest.is_empty() {
         if let Some(v) = rest.strip_prefix("ret=") {
-            notes.ret = Some(v.trim().to_string());
+            // The value is the last note but for `ERROR` (`errors` option).
+            let v = v.trim();
+            let v = match v.strip_suffix(", ERROR") {
+                Some(val) => {
+                    notes.error = true;
+                    val
+                }
+                None => v,
+            };
+            notes.ret = Some(v.to_string());
             break;
         }
         let (note, r) = match rest.split_once(',') {
@@ -581,7 +626,11 @@ fn parse_notes(text: &str) -> Notes {
             "page fault" => notes.page_fault = true,
             "task exited" => notes.task_exited = true,
             "return not seen" => notes.return_not_seen = true,
+            "ERROR" => notes.error = true,
             "" => {}
+            n if n.starts_with("<-") => {
+                notes.callsite = n.get(2..).map(str::to_string);
+            }
             n => match n.strip_prefix("not followed:") {
                 Some(reason) => notes.not_followed = Some(reason.trim().to_string()),
                 None => notes.other.push(n.to_string()),

@@ -91,6 +91,9 @@ pub struct Node {
     pub close_notes: Option<Notes>,
     /// The duration the trace gives, in nanoseconds.
     pub duration_ns: Option<u64>,
+    /// When it began (`abstime` option: its opening line's time), in nanoseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_ns: Option<u64>,
     /// How the node ended.
     pub end: End,
     /// Whether events of its thread may have been lost while this frame was open: a
@@ -145,6 +148,7 @@ impl Node {
             notes: Notes::default(),
             close_notes: None,
             duration_ns: None,
+            start_ns: None,
             end: End::Interrupt,
             lost_inside: false,
             opening_lost: false,
@@ -562,6 +566,12 @@ impl Builder {
             Event::Task(t) => *t,
         };
         let ti = self.thread(&t.task, t.cpu, line_no);
+        let before = self.trace.nodes.len();
+        let opens = matches!(
+            t.body,
+            Body::Open(_) | Body::Leaf(_) | Body::IrqEnter { .. }
+        );
+        let ts = t.ts_ns;
         match t.body {
             Body::Open(call) => self.call(ti, line_no, t.cpu, t.depth, None, call, true),
             Body::Leaf(call) => self.call(ti, line_no, t.cpu, t.depth, t.duration_ns, call, false),
@@ -593,6 +603,13 @@ impl Builder {
                 if let Some(s) = self.states.get_mut(ti) {
                     s.contexts.pop();
                 }
+            }
+        }
+        // The node the line opened (the last one added: `[unknown]` frames put in for
+        // missing callers come before it) begins at the line's time.
+        if opens && self.trace.nodes.len() > before {
+            if let Some(n) = self.trace.nodes.last_mut() {
+                n.start_ns = ts;
             }
         }
     }

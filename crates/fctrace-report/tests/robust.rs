@@ -7,7 +7,7 @@
 mod common;
 
 use common::{all_fixtures, check_folded, fixture};
-use fctrace_core::format::{self, write_lost, write_raw_ret, write_record};
+use fctrace_core::format::{self, write_lost, write_raw_ret, write_record_with};
 use fctrace_core::record::{
     Kind, Reason, Record, F_DURATION, F_FAULT, F_INDIRECT, F_IRQ, F_RETVAL, F_SOFTIRQ, F_TAIL,
 };
@@ -135,10 +135,14 @@ fn rec(kind: Kind, depth: u8, tid: u32, cpu: u32, comm: &str) -> Record {
     r
 }
 
-const OPTS: format::Options = format::Options {
-    retval: true,
-    duration: true,
-    ptr_hash: None,
+const OPTS: format::Options = format::Options::PLAIN;
+
+/// Every option that changes the text: a time column, call sites, `ERROR` marks.
+const OPTS_ALL: format::Options = format::Options {
+    callsite: true,
+    abstime: true,
+    errors: true,
+    ..format::Options::PLAIN
 };
 
 /// The expected preorder entry of a node: label, duration, return value, end.
@@ -155,7 +159,9 @@ fn ret_text(v: u64) -> String {
 }
 
 /// Writes `g` at `depth` as fctrace does, and what the tree should hold, in preorder.
+#[allow(clippy::too_many_arguments)]
 fn emit(
+    opts: format::Options,
     g: &Gen,
     depth: u8,
     tid: u32,
@@ -172,7 +178,7 @@ fn emit(
                 None,
                 End::Interrupt,
             ));
-            emit(tree, 0, tid, cpu, comm, lines, exp);
+            emit(opts, tree, 0, tid, cpu, comm, lines, exp);
         }
         Gen::Call {
             name,
@@ -208,19 +214,19 @@ fn emit(
                     ));
                 }
             }
-            write_record(&mut s, &r, name, OPTS).unwrap();
+            write_record_with(&mut s, &r, name, opts, None, Some("caller+0x10")).unwrap();
             lines.extend(s.lines().map(str::to_string));
             s.clear();
             if *kind == Kind::Call {
                 for c in children {
-                    emit(c, depth + 1, tid, cpu, comm, lines, exp);
+                    emit(opts, c, depth + 1, tid, cpu, comm, lines, exp);
                 }
                 let mut ret = rec(Kind::Ret, depth, tid, cpu, comm);
                 ret.flags = (flags & (F_IRQ | F_SOFTIRQ)) | F_DURATION | F_RETVAL;
                 ret.reason = *close_reason as u8;
                 ret.dur = *dur;
                 ret.retval = *retval;
-                write_record(&mut s, &ret, name, OPTS).unwrap();
+                write_record_with(&mut s, &ret, name, opts, None, None).unwrap();
             }
             lines.extend(s.lines().map(str::to_string));
         }
@@ -270,6 +276,8 @@ fn trees_of_fctraces_own_formatter() {
     let mut inconsistent = 0;
     for seed in 1..=40u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        // Every other seed with the options that change the text.
+        let opts = if seed % 2 == 0 { OPTS_ALL } else { OPTS };
         let tasks = [
             (100u32, 0u32, "fct-a b"),
             (101, 1, "kworker/0:1-x"),
@@ -283,7 +291,7 @@ fn trees_of_fctraces_own_formatter() {
             let mut roots = Vec::new();
             for _ in 0..1 + rng.below(4) {
                 let g = gen_call(&mut rng, 0, 0);
-                emit(&g, 0, tid, cpu, comm, &mut lines, &mut exp);
+                emit(opts, &g, 0, tid, cpu, comm, &mut lines, &mut exp);
                 roots.push(g);
             }
             per_task.push((tid, lines, exp));
@@ -291,7 +299,7 @@ fn trees_of_fctraces_own_formatter() {
         }
         // Interleave the tasks' lines, each in order, with LOST lines between (no
         // event is really lost: the trees stay whole).
-        let mut text = String::from(format::HEADER);
+        let mut text = String::from(format::header(opts));
         let mut next = vec![0usize; per_task.len()];
         let mut lost = 0;
         loop {
