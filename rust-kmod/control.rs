@@ -218,7 +218,7 @@ fctrace: every kernel function call of chosen tasks, by dynamic call-site probin
                   0 = never wait: first calls are armed ahead.
   buffer_size_kb  Ring buffer size per CPU, in KiB.
   options         follow-forks, retval, duration, irqs, lossless, args,
-                  callsite, abstime, errors: write NAME or noNAME.
+                  callsite, abstime, errors, kworkers: write NAME or noNAME.
   trace_pipe      Consuming, blocking read of the trace.
   trace           Snapshot of the trace, not consumed. A write clears the buffer.
   stats           Counters: events, lost events, probes, calls not followed.
@@ -499,7 +499,7 @@ fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
             let (opt, on) = parse::parse_option(data).map_err(|e| {
                 tr.log(format_args!(
                     "options: unknown option (known: follow-forks, retval, duration, irqs, \
-                     lossless, args, callsite, abstime, errors; 'no' clears)"
+                     lossless, args, callsite, abstime, errors, kworkers; 'no' clears)"
                 ));
                 errno(e)
             })?;
@@ -508,6 +508,18 @@ fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
             }
             // Arguments are the kernel's data (strings, values): not under lockdown,
             // tracing or not.
+            if opt == OptionName::Kworkers && on {
+                let inner = tr.lock();
+                if inner.start.is_none() {
+                    tr.log(format_args!(
+                        "options: kworkers traces workers from the start function: set \
+                         start_function first"
+                    ));
+                    return Err(EINVAL);
+                }
+                drop(inner);
+                refuse_if_locked_down(tr, "options")?;
+            }
             if opt == OptionName::Args && on {
                 sys::locked_down().inspect_err(|_| {
                     tr.log(format_args!(
@@ -524,6 +536,26 @@ fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
             if opt == OptionName::Args && on {
                 // The BTF, and the specs of the functions known so far.
                 tr.args_on();
+            }
+            if opt == OptionName::Kworkers {
+                // Tracing starts (or, with nobody left to trace, stops) now.
+                let mut inner = tr.lock();
+                if on {
+                    if let Err(e) = tr.activate(&mut inner) {
+                        set.set_option(opt, false);
+                        drop(inner);
+                        tr.log(format_args!(
+                            "options: kworkers: cannot arm the start function ({:?})",
+                            e
+                        ));
+                        return Err(e);
+                    }
+                    tr.update_hot_mask();
+                } else if !tr.tracing_wanted() {
+                    tr.deactivate(&mut inner);
+                } else {
+                    tr.update_hot_mask();
+                }
             }
             Ok(())
         }
@@ -559,15 +591,21 @@ fn write_set_pid(tr: &Tracer, data: &[u8], append: bool) -> Result {
     }
     for &pid in &pids[..n] {
         let tgid = match sys::pid_to_tgid(pid as i32) {
-            Ok(tgid) => tgid,
-            Err(e) => {
-                // No such process in the writer's PID namespace, a kernel thread (it makes
-                // no system calls and shares no process with anything fctrace could
-                // follow), or a process that is exiting or has exited (a zombie).
+            Ok((_, true)) if inner.start.is_none() => {
+                // A kernel thread makes no system calls: all-system-calls mode would
+                // show nothing of it.
                 tr.log(format_args!(
-                    "set_pid: no live process has thread {} (or it is a kernel thread)",
+                    "set_pid: thread {} is a kernel thread, which makes no system calls: \
+                     set start_function first",
                     pid
                 ));
+                return Err(EINVAL);
+            }
+            Ok((tgid, _)) => tgid,
+            Err(e) => {
+                // No such thread in the writer's PID namespace, or a process that is
+                // exiting or has exited (a zombie).
+                tr.log(format_args!("set_pid: no live thread {}", pid));
                 return Err(e);
             }
         };
@@ -672,6 +710,28 @@ fn write_start(tr: &Tracer, data: &[u8]) -> Result {
     let mut inner = tr.lock();
     if tr.active.load(Ordering::Acquire) {
         refuse_if_locked_down(tr, "start_function")?;
+    }
+    // Kernel threads and kworkers are traced from a start function only.
+    if start.is_none() {
+        let kthread = tr.traced.iter().find_map(|t| {
+            let tgid = t.load(Ordering::Relaxed);
+            (tgid != 0 && sys::tgid_is_kthread(tgid)).then_some(tgid)
+        });
+        if let Some(k) = kthread {
+            tr.log(format_args!(
+                "start_function: kernel thread {} is in set_pid, and makes no system \
+                 calls: a start function is needed",
+                sys::tgid_vnr(k)
+            ));
+            return Err(EINVAL);
+        }
+        if tr.settings.option(OptionName::Kworkers) {
+            tr.log(format_args!(
+                "start_function: the kworkers option traces workers from the start \
+                 function: clear it first"
+            ));
+            return Err(EINVAL);
+        }
     }
     change_armed(tr, &mut inner, |i| &mut i.start, start, "start_function")
 }

@@ -11,10 +11,13 @@
 
 /* engine/mod.rs: a superset of the traced thread groups' bits while tracing is on. */
 extern u64 fctrace_hot_mask;
+/* engine/mod.rs: while tracing is on with the kworkers option, workqueue workers too. */
+extern bool fctrace_hot_kworkers;
 
 static __always_inline bool fctrace_hot(void)
 {
-	return READ_ONCE(fctrace_hot_mask) & BIT_ULL(current->tgid % 64);
+	return (READ_ONCE(fctrace_hot_mask) & BIT_ULL(current->tgid % 64)) ||
+	       (READ_ONCE(fctrace_hot_kworkers) && (current->flags & PF_WQ_WORKER));
 }
 
 bool fctrace_maybe_traced(void)

@@ -44,12 +44,15 @@ u64 fctrace_clock(void);
 u32 fctrace_cpu(void);
 bool fctrace_maybe_traced(void);
 /*
- * The thread group of thread `pid` (in the caller's PID namespace); -ESRCH if there is
- * none, it is a kernel thread's, or the group is dead or dying (zombie, exiting).
+ * The thread group of thread `pid` (in the caller's PID namespace), and in `*kthread`
+ * whether it is a kernel thread; -ESRCH if there is none, or the group is dead or dying
+ * (zombie, exiting).
  */
-int fctrace_pid_to_tgid(int pid);
-/* Whether thread group `tgid` (global) is alive: not dead, not dying, not a kernel thread. */
+int fctrace_pid_to_tgid(int pid, bool *kthread);
+/* Whether thread group `tgid` (global) is alive: not dead, not dying. */
 bool fctrace_tgid_alive(u32 tgid);
+bool fctrace_tgid_is_kthread(u32 tgid);
+bool fctrace_current_is_kworker(void);
 /*
  * The scheduling class (`struct sched_class *`) of thread group `tgid`'s leader, 0 if
  * there is none; and the idle class (init_task's: the boot CPU's idle task). Their

@@ -23,15 +23,17 @@ static bool fctrace_group_dead(struct task_struct *t)
 	return t->exit_state || atomic_read(&t->signal->live) == 0;
 }
 
-int fctrace_pid_to_tgid(int nr)
+int fctrace_pid_to_tgid(int nr, bool *kthread)
 {
 	struct task_struct *t;
 	int tgid = -ESRCH;
 
 	rcu_read_lock();
 	t = pid_task(find_vpid(nr), PIDTYPE_PID);
-	if (t && !(t->flags & PF_KTHREAD) && !fctrace_group_dead(t))
+	if (t && !fctrace_group_dead(t)) {
 		tgid = t->tgid;
+		*kthread = t->flags & PF_KTHREAD;
+	}
 	rcu_read_unlock();
 	return tgid;
 }
@@ -43,9 +45,27 @@ bool fctrace_tgid_alive(u32 tgid)
 
 	rcu_read_lock();
 	t = pid_task(find_pid_ns(tgid, &init_pid_ns), PIDTYPE_TGID);
-	alive = t && !(t->flags & PF_KTHREAD) && !fctrace_group_dead(t);
+	alive = t && !fctrace_group_dead(t);
 	rcu_read_unlock();
 	return alive;
+}
+
+bool fctrace_tgid_is_kthread(u32 tgid)
+{
+	struct task_struct *t;
+	bool k;
+
+	rcu_read_lock();
+	t = pid_task(find_pid_ns(tgid, &init_pid_ns), PIDTYPE_TGID);
+	k = t && (t->flags & PF_KTHREAD);
+	rcu_read_unlock();
+	return k;
+}
+
+/* Whether the current task is a workqueue worker (a kworker). Any context. */
+bool fctrace_current_is_kworker(void)
+{
+	return current->flags & PF_WQ_WORKER;
 }
 
 u64 fctrace_tgid_sched_class(u32 tgid)

@@ -90,7 +90,7 @@ pub(super) enum Via {
 /// The C callback asks first: is the current task (thread group `tgid`) traced?
 #[no_mangle]
 pub(crate) extern "C" fn fctrace_entry_wanted(tgid: u32) -> bool {
-    tracer().is_some_and(|tr| tr.active.load(Ordering::Relaxed) && tr.is_traced(tgid))
+    tracer().is_some_and(|tr| tr.active.load(Ordering::Relaxed) && tr.current_traced(tgid))
 }
 
 /// The C callback (c/entry_ops.c) of the ftrace site `ip`, with ftrace's registers (`flags`

@@ -216,7 +216,7 @@ impl Tracer {
 
     /// The entry of a callee with an entry probe: see `entry.rs`.
     fn on_static_entry(&self, p: &Probe<StaticHook>, regs: &mut sys::PtRegs) -> c_int {
-        if !self.active.load(Ordering::Relaxed) || !self.is_traced(current_ids().1) {
+        if !self.active.load(Ordering::Relaxed) || !self.current_traced(current_ids().1) {
             return 0;
         }
         // Through ftrace (a callee with an ftrace site after all) or the detour of an

@@ -122,6 +122,12 @@ pub(crate) fn tracer() -> Option<&'static Tracer> {
 #[allow(non_upper_case_globals)]
 pub(crate) static fctrace_hot_mask: AtomicU64 = AtomicU64::new(0);
 
+/// While tracing is on with the `kworkers` option: every workqueue worker passes the C
+/// check too (`fctrace_hot()`), and the handlers ask [`Tracer::current_traced`] next.
+#[no_mangle]
+#[allow(non_upper_case_globals)]
+pub(crate) static fctrace_hot_kworkers: AtomicBool = AtomicBool::new(false);
+
 /// The CPU hotplug callback (c/hooks.c) of a CPU going down, on that CPU with interrupts
 /// off: its staged records go into the ring buffer.
 #[no_mangle]
@@ -477,6 +483,19 @@ impl Tracer {
                 .any(|t| t.load(Ordering::Relaxed) == tgid)
     }
 
+    /// Whether the current task, of thread group `tgid`, is traced: its thread group is,
+    /// or it is a workqueue worker and the `kworkers` option is set.
+    pub(crate) fn current_traced(&self, tgid: u32) -> bool {
+        self.is_traced(tgid)
+            || (self.settings.option(OptionName::Kworkers) && sys::current_is_kworker())
+    }
+
+    /// Whether tracing has anyone to trace: a thread group in `set_pid`, or with the
+    /// `kworkers` option the workqueue workers.
+    pub(crate) fn tracing_wanted(&self) -> bool {
+        self.any_traced() || self.settings.option(OptionName::Kworkers)
+    }
+
     /// Before `tgid` is stored into `traced`: its bit in `traced_mask`.
     pub(crate) fn mark_traced(&self, tgid: u32) {
         self.traced_mask
@@ -487,12 +506,17 @@ impl Tracer {
 
     /// Tracing starts or stops: `fctrace_hot_mask` follows (after `active` changed).
     pub(crate) fn update_hot_mask(&self) {
-        let m = if self.active.load(Ordering::Acquire) {
+        let active = self.active.load(Ordering::Acquire);
+        let m = if active {
             self.traced_mask.load(Ordering::Acquire)
         } else {
             0
         };
         fctrace_hot_mask.store(m, Ordering::Release);
+        fctrace_hot_kworkers.store(
+            active && self.settings.option(OptionName::Kworkers),
+            Ordering::Release,
+        );
     }
 
     /// Removes `tgid` from the traced processes; when none is left, the work item ends
@@ -504,7 +528,7 @@ impl Tracer {
                 .compare_exchange(tgid, 0, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok();
         }
-        if was && self.active.load(Ordering::Acquire) && !self.any_traced() {
+        if was && self.active.load(Ordering::Acquire) && !self.tracing_wanted() {
             self.kick_work();
         }
         was
@@ -643,6 +667,8 @@ impl Tracer {
             ));
             inner.start = None;
             inner.tracing_on = false;
+            // Workers are traced from a start function only.
+            self.settings.set_option(OptionName::Kworkers, false);
         }
         if active {
             self.stats.module_text_gone.fetch_add(1, Ordering::Relaxed);

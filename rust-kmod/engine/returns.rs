@@ -439,7 +439,7 @@ impl Tracer {
             return;
         }
         let (pid, tgid) = super::tree::current_ids();
-        if !self.is_traced(tgid) {
+        if !self.current_traced(tgid) {
             return;
         }
         let irqs = self.settings.option(OptionName::Irqs);

@@ -41,7 +41,7 @@ impl Tracer {
     /// Registers the probes for tracing: the start function (armed), its entry probe and
     /// the exit, fork and preemption hooks. With the mutex held.
     pub(crate) fn activate(&self, inner: &mut TracerInner) -> Result {
-        if self.active.load(Ordering::Acquire) || !inner.tracing_on || !self.any_traced() {
+        if self.active.load(Ordering::Acquire) || !inner.tracing_on || !self.tracing_wanted() {
             return Ok(());
         }
         // A return the last session could not account for, whose work item has not run

@@ -452,7 +452,7 @@ pub(crate) fn on_debug(regs: &mut sys::PtRegs, dr6: *mut c_ulong) -> bool {
     let ours = ours
         || tracer().is_some_and(|tr| {
             let (_, tgid) = current_ids();
-            if !tr.is_traced(tgid) {
+            if !tr.current_traced(tgid) {
                 return false;
             }
             regs.flags &= !(X86_EFLAGS_TF as c_ulong);

@@ -297,7 +297,7 @@ impl Tracer {
             return None;
         }
         let (pid, tgid) = current_ids();
-        if !self.is_traced(tgid) {
+        if !self.current_traced(tgid) {
             return None;
         }
         let (ctx, sleepable) = sys::task_context(regs, via_ftrace, irqs)?;

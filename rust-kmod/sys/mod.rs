@@ -212,19 +212,31 @@ pub(crate) fn set_dead_end(addr: u64) {
 // ---------------------------------------------------------------------------------------
 // Tasks, permissions and security. Process context.
 
-/// The thread group of thread `pid` in the caller's PID namespace; `ESRCH` if there is
-/// none, it is a kernel thread's, or the group is dead or dying.
-pub(crate) fn pid_to_tgid(pid: i32) -> Result<u32> {
-    // SAFETY: looks the PID up under RCU.
-    let r = unsafe { bindings::fctrace_pid_to_tgid(pid) };
-    kernel::error::to_result(r.min(0)).map(|()| r as u32)
+/// The thread group of thread `pid` in the caller's PID namespace, and whether it is a
+/// kernel thread; `ESRCH` if there is none, or the group is dead or dying.
+pub(crate) fn pid_to_tgid(pid: i32) -> Result<(u32, bool)> {
+    let mut kthread = false;
+    // SAFETY: looks the PID up under RCU; writes `kthread`, a local.
+    let r = unsafe { bindings::fctrace_pid_to_tgid(pid, &mut kthread) };
+    kernel::error::to_result(r.min(0)).map(|()| (r as u32, kthread))
 }
 
-/// Whether thread group `tgid` (global) is alive: not dead, not dying, not a kernel
-/// thread's.
+/// Whether thread group `tgid` (global) is alive: not dead, not dying.
 pub(crate) fn tgid_alive(tgid: u32) -> bool {
     // SAFETY: looks the task up under RCU.
     unsafe { bindings::fctrace_tgid_alive(tgid) }
+}
+
+/// Whether thread group `tgid` (global) is a kernel thread.
+pub(crate) fn tgid_is_kthread(tgid: u32) -> bool {
+    // SAFETY: looks the task up under RCU.
+    unsafe { bindings::fctrace_tgid_is_kthread(tgid) }
+}
+
+/// Whether the current task is a workqueue worker (a kworker). Any context.
+pub(crate) fn current_is_kworker() -> bool {
+    // SAFETY: reads `current`'s flags.
+    unsafe { bindings::fctrace_current_is_kworker() }
 }
 
 /// Global `tgid` as the current task's PID namespace numbers it, 0 if it cannot see it.

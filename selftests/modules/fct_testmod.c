@@ -24,10 +24,22 @@
  * own with the trap flag, and claims the trap in a die notifier that runs after
  * fctrace's: reading the file gives how many such traps reached it
  * (trace/foreign_step.tc: fctrace leaves single steps that are not its own alone).
+ *
+ * Kernel threads and work items (trace/kthread.tc): the module's kernel thread
+ * "fct_testmod_kt" (its PID is what /proc/fct_testmod_kthread reads) calls
+ * fct_testmod_kthread_run(N) once for each N written to that file; each N written to
+ * /proc/fct_testmod_work runs a work item on the system workqueue, whose function
+ * fct_testmod_work_fn() calls fct_testmod_work_step(N). Each write returns when its
+ * call is done.
  */
+#include <linux/completion.h>
 #include <linux/kdebug.h>
 #include <linux/kstrtox.h>
+#include <linux/kthread.h>
 #include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/wait.h>
+#include <linux/workqueue.h>
 #include <linux/objtool.h>
 #include <linux/proc_fs.h>
 #include <linux/spinlock.h>
@@ -301,48 +313,168 @@ static const struct proc_ops fct_testmod_step_ops = {
 	.proc_read = fct_testmod_step_read,
 };
 
-static struct proc_dir_entry *fct_testmod_step_entry;
-static struct proc_dir_entry *fct_testmod_entry;
-static struct proc_dir_entry *fct_testmod_edge_entry;
-static struct proc_dir_entry *fct_testmod_cp_entry;
+static DECLARE_WAIT_QUEUE_HEAD(fct_testmod_kt_wq);
+static DECLARE_COMPLETION(fct_testmod_kt_done);
+static DEFINE_MUTEX(fct_testmod_kt_lock);
+static unsigned int fct_testmod_kt_req;
+static unsigned int fct_testmod_result;
+static struct task_struct *fct_testmod_kt;
 
-static int __init fct_testmod_init(void)
+/* What the kernel thread calls, once per request. */
+static noinline unsigned int fct_testmod_kthread_run(unsigned int n)
 {
-	fct_testmod_entry = proc_create("fct_testmod", 0200, NULL, &fct_testmod_ops);
-	if (!fct_testmod_entry)
-		return -ENOMEM;
-	fct_testmod_edge_entry = proc_create("fct_testmod_edge", 0200, NULL,
-					     &fct_testmod_edge_ops);
-	if (!fct_testmod_edge_entry) {
-		proc_remove(fct_testmod_entry);
-		return -ENOMEM;
-	}
-	fct_testmod_cp_entry = proc_create("fct_testmod_calleepop", 0200, NULL,
-					   &fct_testmod_cp_ops);
-	if (!fct_testmod_cp_entry) {
-		proc_remove(fct_testmod_edge_entry);
-		proc_remove(fct_testmod_entry);
-		return -ENOMEM;
-	}
-	fct_testmod_step_entry = proc_create("fct_testmod_step", 0600, NULL,
-					     &fct_testmod_step_ops);
-	if (!fct_testmod_step_entry || register_die_notifier(&fct_testmod_nb)) {
-		proc_remove(fct_testmod_step_entry);
-		proc_remove(fct_testmod_cp_entry);
-		proc_remove(fct_testmod_edge_entry);
-		proc_remove(fct_testmod_entry);
-		return -ENOMEM;
+	return fct_testmod_count("fctrace-kthread") + n;
+}
+
+static int fct_testmod_kthread_fn(void *unused)
+{
+	while (!kthread_should_stop()) {
+		unsigned int n;
+
+		wait_event_interruptible(fct_testmod_kt_wq,
+					 READ_ONCE(fct_testmod_kt_req) || kthread_should_stop());
+		n = xchg(&fct_testmod_kt_req, 0);
+		if (n) {
+			WRITE_ONCE(fct_testmod_result, fct_testmod_kthread_run(n));
+			complete(&fct_testmod_kt_done);
+		}
 	}
 	return 0;
 }
 
-static void __exit fct_testmod_exit(void)
+/* Parses a positive decimal number written to one of the module's files. */
+static int fct_testmod_number(const char __user *ubuf, size_t count, unsigned int *n)
 {
+	int err = kstrtouint_from_user(ubuf, count, 10, n);
+
+	return err ?: (*n ? 0 : -EINVAL);
+}
+
+static ssize_t fct_testmod_kt_write(struct file *file, const char __user *ubuf, size_t count,
+				    loff_t *ppos)
+{
+	unsigned int n;
+	int err = fct_testmod_number(ubuf, count, &n);
+
+	if (err)
+		return err;
+	mutex_lock(&fct_testmod_kt_lock);
+	reinit_completion(&fct_testmod_kt_done);
+	WRITE_ONCE(fct_testmod_kt_req, n);
+	wake_up(&fct_testmod_kt_wq);
+	/* Interruptible: a traced thread that waits for arming is no hung task. */
+	err = wait_for_completion_interruptible(&fct_testmod_kt_done);
+	mutex_unlock(&fct_testmod_kt_lock);
+	return err ?: count;
+}
+
+static ssize_t fct_testmod_kt_read(struct file *file, char __user *ubuf, size_t count,
+				   loff_t *ppos)
+{
+	char buf[16];
+	int n = scnprintf(buf, sizeof(buf), "%d\n", task_pid_nr(fct_testmod_kt));
+
+	return simple_read_from_buffer(ubuf, count, ppos, buf, n);
+}
+
+static const struct proc_ops fct_testmod_kt_ops = {
+	.proc_write = fct_testmod_kt_write,
+	.proc_read = fct_testmod_kt_read,
+};
+
+static unsigned int fct_testmod_work_n;
+
+/* What the work function calls. */
+static noinline unsigned int fct_testmod_work_step(unsigned int n)
+{
+	return fct_testmod_count("fctrace-work") + n;
+}
+
+static void fct_testmod_work_fn(struct work_struct *work)
+{
+	WRITE_ONCE(fct_testmod_result, fct_testmod_work_step(READ_ONCE(fct_testmod_work_n)));
+}
+
+static DECLARE_WORK(fct_testmod_work, fct_testmod_work_fn);
+static DEFINE_MUTEX(fct_testmod_work_lock);
+
+static ssize_t fct_testmod_work_write(struct file *file, const char __user *ubuf,
+				      size_t count, loff_t *ppos)
+{
+	unsigned int n;
+	int err = fct_testmod_number(ubuf, count, &n);
+
+	if (err)
+		return err;
+	mutex_lock(&fct_testmod_work_lock);
+	WRITE_ONCE(fct_testmod_work_n, n);
+	queue_work(system_wq, &fct_testmod_work);
+	flush_work(&fct_testmod_work);
+	mutex_unlock(&fct_testmod_work_lock);
+	return count;
+}
+
+static const struct proc_ops fct_testmod_work_ops = {
+	.proc_write = fct_testmod_work_write,
+};
+
+static struct proc_dir_entry *fct_testmod_step_entry;
+static struct proc_dir_entry *fct_testmod_entry;
+static struct proc_dir_entry *fct_testmod_edge_entry;
+static struct proc_dir_entry *fct_testmod_cp_entry;
+static struct proc_dir_entry *fct_testmod_kt_entry;
+static struct proc_dir_entry *fct_testmod_work_entry;
+
+static void fct_testmod_remove(void)
+{
+	proc_remove(fct_testmod_work_entry);
+	proc_remove(fct_testmod_kt_entry);
 	proc_remove(fct_testmod_cp_entry);
-	unregister_die_notifier(&fct_testmod_nb);
 	proc_remove(fct_testmod_step_entry);
 	proc_remove(fct_testmod_edge_entry);
 	proc_remove(fct_testmod_entry);
+}
+
+static int __init fct_testmod_init(void)
+{
+	int err;
+
+	fct_testmod_entry = proc_create("fct_testmod", 0200, NULL, &fct_testmod_ops);
+	fct_testmod_edge_entry = proc_create("fct_testmod_edge", 0200, NULL,
+					     &fct_testmod_edge_ops);
+	fct_testmod_cp_entry = proc_create("fct_testmod_calleepop", 0200, NULL,
+					   &fct_testmod_cp_ops);
+	fct_testmod_step_entry = proc_create("fct_testmod_step", 0600, NULL,
+					     &fct_testmod_step_ops);
+	fct_testmod_kt_entry = proc_create("fct_testmod_kthread", 0600, NULL,
+					   &fct_testmod_kt_ops);
+	fct_testmod_work_entry = proc_create("fct_testmod_work", 0200, NULL,
+					     &fct_testmod_work_ops);
+	if (!fct_testmod_entry || !fct_testmod_edge_entry || !fct_testmod_cp_entry ||
+	    !fct_testmod_step_entry || !fct_testmod_kt_entry || !fct_testmod_work_entry) {
+		fct_testmod_remove();
+		return -ENOMEM;
+	}
+	fct_testmod_kt = kthread_run(fct_testmod_kthread_fn, NULL, "fct_testmod_kt");
+	if (IS_ERR(fct_testmod_kt)) {
+		fct_testmod_remove();
+		return PTR_ERR(fct_testmod_kt);
+	}
+	err = register_die_notifier(&fct_testmod_nb);
+	if (err) {
+		kthread_stop(fct_testmod_kt);
+		fct_testmod_remove();
+	}
+	return err;
+}
+
+static void __exit fct_testmod_exit(void)
+{
+	unregister_die_notifier(&fct_testmod_nb);
+	/* No write is in progress: the files are open by nobody (the module is unused). */
+	fct_testmod_remove();
+	kthread_stop(fct_testmod_kt);
+	cancel_work_sync(&fct_testmod_work);
 }
 
 module_init(fct_testmod_init);

@@ -401,6 +401,9 @@ pub enum OptionName {
     Abstime,
     /// `errors`: returns of a negative errno are marked `ERROR`.
     Errors,
+    /// `kworkers`: every workqueue worker that calls the start function is traced from
+    /// there, whichever one runs the work.
+    Kworkers,
 }
 
 impl OptionName {
@@ -410,7 +413,7 @@ impl OptionName {
 
 /// All options with their names and defaults, in the order the `options` file lists
 /// them, which is the order of [`OptionName`].
-pub const OPTIONS: [(OptionName, &str, bool); 9] = [
+pub const OPTIONS: [(OptionName, &str, bool); 10] = [
     (OptionName::FollowForks, "follow-forks", false),
     (OptionName::Retval, "retval", false),
     (OptionName::Duration, "duration", true),
@@ -420,6 +423,7 @@ pub const OPTIONS: [(OptionName, &str, bool); 9] = [
     (OptionName::Callsite, "callsite", false),
     (OptionName::Abstime, "abstime", false),
     (OptionName::Errors, "errors", false),
+    (OptionName::Kworkers, "kworkers", false),
 ];
 
 /// Parses one write to `options`: `name` sets, `noname` clears. Exactly one option.

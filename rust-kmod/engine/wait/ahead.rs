@@ -197,7 +197,7 @@ impl Tracer {
             self.serve_requests(&mut inner);
             // Stop as soon as no traced process is left (its exit queued this work item
             // again, which then ends tracing): on a slow kernel a batch takes seconds.
-            if !self.active.load(Ordering::Acquire) || !self.any_traced() {
+            if !self.active.load(Ordering::Acquire) || !self.tracing_wanted() {
                 cut = true;
                 break;
             }

@@ -30,7 +30,7 @@ impl Tracer {
             return;
         }
         self.serve_requests(&mut inner);
-        if !self.any_traced() {
+        if !self.tracing_wanted() {
             self.deactivate(&mut inner);
             return;
         }
@@ -39,7 +39,7 @@ impl Tracer {
         self.arm_ahead();
         self.waits.ahead_busy.store(false, Ordering::Release);
         let mut inner = self.lock();
-        if self.active.load(Ordering::Acquire) && !self.any_traced() {
+        if self.active.load(Ordering::Acquire) && !self.tracing_wanted() {
             self.deactivate(&mut inner);
         }
     }
