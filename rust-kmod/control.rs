@@ -506,20 +506,11 @@ fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
             if opt == OptionName::Irqs && on && tr.active.load(Ordering::Acquire) {
                 refuse_if_locked_down(tr, "options")?;
             }
+            if opt == OptionName::Kworkers {
+                return write_kworkers(tr, on);
+            }
             // Arguments are the kernel's data (strings, values): not under lockdown,
             // tracing or not.
-            if opt == OptionName::Kworkers && on {
-                let inner = tr.lock();
-                if inner.start.is_none() {
-                    tr.log(format_args!(
-                        "options: kworkers traces workers from the start function: set \
-                         start_function first"
-                    ));
-                    return Err(EINVAL);
-                }
-                drop(inner);
-                refuse_if_locked_down(tr, "options")?;
-            }
             if opt == OptionName::Args && on {
                 sys::locked_down().inspect_err(|_| {
                     tr.log(format_args!(
@@ -537,26 +528,6 @@ fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
                 // The BTF, and the specs of the functions known so far.
                 tr.args_on();
             }
-            if opt == OptionName::Kworkers {
-                // Tracing starts (or, with nobody left to trace, stops) now.
-                let mut inner = tr.lock();
-                if on {
-                    if let Err(e) = tr.activate(&mut inner) {
-                        set.set_option(opt, false);
-                        drop(inner);
-                        tr.log(format_args!(
-                            "options: kworkers: cannot arm the start function ({:?})",
-                            e
-                        ));
-                        return Err(e);
-                    }
-                    tr.update_hot_mask();
-                } else if !tr.tracing_wanted() {
-                    tr.deactivate(&mut inner);
-                } else {
-                    tr.update_hot_mask();
-                }
-            }
             Ok(())
         }
         FileId::ErrorLogFile => {
@@ -569,6 +540,60 @@ fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
         }
         FileId::Readme | FileId::Stats | FileId::TracePipe => Err(EPERM),
     }
+}
+
+/// `kworkers` or `nokworkers` written to `options`: with the mutex held throughout (a
+/// start function cleared meanwhile would leave workers traced from all system calls),
+/// tracing starts, or stops when nobody is left to trace; on failure nothing changed.
+fn write_kworkers(tr: &Tracer, on: bool) -> Result {
+    let set = &tr.settings;
+    if on {
+        refuse_if_locked_down(tr, "options")?;
+    }
+    let mut inner = tr.lock();
+    let was = set.option(OptionName::Kworkers);
+    if on == was {
+        return Ok(());
+    }
+    if on && inner.start.is_none() {
+        tr.log(format_args!(
+            "options: kworkers traces workers from the start function: set start_function \
+             first"
+        ));
+        return Err(EINVAL);
+    }
+    set.set_option(OptionName::Kworkers, on);
+    if on {
+        if tr.active.load(Ordering::Acquire) {
+            tr.update_hot_mask();
+        } else if let Err(e) = tr.activate(&mut inner) {
+            set.set_option(OptionName::Kworkers, was);
+            tr.update_hot_mask();
+            drop(inner);
+            tr.log(format_args!(
+                "options: kworkers: cannot arm the start function ({:?})",
+                e
+            ));
+            return Err(e);
+        }
+    } else if tr.active.load(Ordering::Acquire) {
+        // Workers inside a trace keep their per-thread state until the next activation:
+        // arm again from scratch (or stop, with nobody left), so that none is kept.
+        tr.deactivate(&mut inner);
+        if tr.tracing_wanted() {
+            if let Err(e) = tr.activate(&mut inner) {
+                inner.tracing_on = false;
+                tr.stats.stopped_on_error.fetch_add(1, Ordering::Relaxed);
+                tr.log(format_args!(
+                    "options: nokworkers: cannot arm again for set_pid ({:?}): tracing \
+                     stopped (tracing_on 0)",
+                    e
+                ));
+                let _ = tr.publish_shown(&inner);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn write_set_pid(tr: &Tracer, data: &[u8], append: bool) -> Result {
@@ -641,7 +666,8 @@ fn write_set_pid(tr: &Tracer, data: &[u8], append: bool) -> Result {
         .iter()
         .filter(|t| t.load(Ordering::Relaxed) != 0)
         .count();
-    if m == 0 {
+    // (With the kworkers option, tracing goes on for the workers.)
+    if m == 0 && !tr.tracing_wanted() {
         tr.deactivate(&mut inner);
         return Ok(());
     }

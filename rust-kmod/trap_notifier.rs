@@ -42,23 +42,63 @@ pub(crate) trait TrapClient: 'static {
     /// A single-step trap (`DIE_DEBUG`) with the interrupted registers and the trap's
     /// copy of DR6: whether it was the client's (then the kernel ignores it).
     fn on_debug(regs: &mut sys::PtRegs, dr6: *mut c_ulong) -> bool;
+    /// The same, for a trap that every other die notifier left alone (the last one in
+    /// the chain): whether the client takes it.
+    fn on_debug_last(regs: &mut sys::PtRegs, dr6: *mut c_ulong) -> bool;
 }
 
-/// A registered die notifier that recovers late int3s and hands single steps to `C`;
+/// Registered die notifiers that recover late int3s and hand single steps to `C`;
 /// unregistered on drop.
 pub(crate) struct Guard {
     _notifier: sys::Notifier,
+    _last: sys::Notifier,
 }
 
 impl Guard {
     pub(crate) fn new<C: TrapClient>() -> Result<Self> {
-        // Run after kprobes' and kgdb's own handlers had their chance (priority -1).
+        // Run after kprobes', kgdb's and mmiotrace's own handlers had their chance
+        // (priority -1).
         // SAFETY: `die_handler` may run in any trap from now on: it reads `die_args` as the
         // chain passes it, and the module outlives the guard.
         let notifier = unsafe { sys::Notifier::register(sys::Chain::Die, die_handler::<C>, -1) }?;
+        // And after every other notifier, for the traps nobody else claimed.
+        // SAFETY: as above, for `last_handler`.
+        let last = unsafe {
+            sys::Notifier::register(sys::Chain::Die, last_handler::<C>, c_int::MIN)
+        }?;
         Ok(Guard {
             _notifier: notifier,
+            _last: last,
         })
+    }
+}
+
+/// The last die notifier: a single step that no other notifier claimed.
+///
+/// # Safety
+///
+/// Called only by the kernel's die notifier chain, with `data` a `struct die_args`.
+unsafe extern "C" fn last_handler<C: TrapClient>(
+    _nb: *mut sys::NotifierBlock,
+    val: c_ulong,
+    data: *mut c_void,
+) -> c_int {
+    if data.is_null() || val != sys::DIE_DEBUG {
+        return NOTIFY_DONE;
+    }
+    // SAFETY: as in `die_handler` for DIE_DEBUG.
+    let (regs, dr6) = unsafe {
+        let args = &*data.cast::<sys::DieArgs>();
+        (args.regs.as_mut(), args.err as *mut c_ulong)
+    };
+    let ours = match regs {
+        Some(regs) if !dr6.is_null() => C::on_debug_last(regs, dr6),
+        _ => false,
+    };
+    if ours {
+        NOTIFY_STOP
+    } else {
+        NOTIFY_DONE
     }
 }
 

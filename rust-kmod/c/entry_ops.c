@@ -2,7 +2,8 @@
 /*
  * fctrace: Entry hooks (engine/entry.rs): fctrace's own ftrace_ops and their callback. The
  * callback must be C: it runs for every task that calls a hooked function, and decides
- * with one load and one test that another task's call is none of fctrace's business.
+ * with a load and a test (two with the kworkers option) that another task's call is
+ * none of fctrace's business.
  */
 #include <linux/ftrace.h>
 #include <linux/sched.h>

@@ -53,6 +53,8 @@ int fctrace_pid_to_tgid(int pid, bool *kthread);
 bool fctrace_tgid_alive(u32 tgid);
 bool fctrace_tgid_is_kthread(u32 tgid);
 bool fctrace_current_is_kworker(void);
+/* Whether the current task runs one of fctrace's own work items (c/wait.c). */
+bool fctrace_current_is_own_worker(void);
 /*
  * The scheduling class (`struct sched_class *`) of thread group `tgid`'s leader, 0 if
  * there is none; and the idle class (init_task's: the boot CPU's idle task). Their

@@ -25,9 +25,45 @@
 #define FCTRACE_WQ system_wq
 #endif
 
+/*
+ * The workers running one of fctrace's own work items now (at most three at once): never
+ * traced, whatever set_pid or the kworkers option say. A traced worker could be sent to
+ * wait for arming, which only such a work item does.
+ */
+static struct task_struct *fctrace_own_workers[4];
+
+static void fctrace_own_enter(void)
+{
+	int i;
+
+	for (i = 0; i < ARRAY_SIZE(fctrace_own_workers); i++)
+		if (!cmpxchg(&fctrace_own_workers[i], NULL, current))
+			return;
+}
+
+static void fctrace_own_exit(void)
+{
+	int i;
+
+	for (i = 0; i < ARRAY_SIZE(fctrace_own_workers); i++)
+		cmpxchg(&fctrace_own_workers[i], current, NULL);
+}
+
+bool fctrace_current_is_own_worker(void)
+{
+	int i;
+
+	for (i = 0; i < ARRAY_SIZE(fctrace_own_workers); i++)
+		if (READ_ONCE(fctrace_own_workers[i]) == current)
+			return true;
+	return false;
+}
+
 static void fctrace_work_fn(struct work_struct *work)
 {
+	fctrace_own_enter();
 	fctrace_sync_work();
+	fctrace_own_exit();
 }
 
 static DECLARE_WORK(fctrace_work, fctrace_work_fn);
@@ -62,7 +98,9 @@ void fctrace_schedule_sync(void)
 
 static void fctrace_reap_fn(struct work_struct *work)
 {
+	fctrace_own_enter();
 	fctrace_reap_work();
+	fctrace_own_exit();
 }
 
 /* Deferrable: the periodic pass does not wake an idle CPU. */
@@ -78,7 +116,9 @@ void fctrace_schedule_reap(unsigned int ms)
 
 static void fctrace_optimize_fn(struct work_struct *work)
 {
+	fctrace_own_enter();
 	fctrace_optimize_work();
+	fctrace_own_exit();
 }
 
 static DECLARE_DELAYED_WORK(fctrace_optimize_dwork, fctrace_optimize_fn);

@@ -482,6 +482,10 @@ impl Tracer {
         if cur.ctx != ctx {
             return 0;
         }
+        // A worker traced only for its work (`kworkers`): its interrupts only inside it.
+        if self.only_as_worker(cur.tgid) && self.slot(cur.pid).is_none() {
+            return 0;
+        }
         // SAFETY: interrupt entry functions are entered with interrupts off, in `ctx`, on
         // this CPU.
         let Some((_, mut d)) = (unsafe { self.tree(&cur) }) else {
@@ -591,6 +595,10 @@ impl Tracer {
         let Some(cur) = self.current(regs, p.is_ftrace_based()) else {
             return 0;
         };
+        // A worker traced only for its work (`kworkers`) passes on nothing.
+        if self.only_as_worker(cur.tgid) {
+            return 0;
+        }
         // SAFETY: `wake_up_new_task`'s first argument is a live `task_struct`.
         let child = unsafe { sys::task_tgid(regs.di as u64) };
         if child == cur.tgid || self.is_traced(child) {

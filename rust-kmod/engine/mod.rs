@@ -102,6 +102,10 @@ impl crate::trap_notifier::TrapClient for Traps {
     fn on_debug(regs: &mut sys::PtRegs, dr6: *mut kernel::ffi::c_ulong) -> bool {
         step::on_debug(regs, dr6)
     }
+
+    fn on_debug_last(regs: &mut sys::PtRegs, dr6: *mut kernel::ffi::c_ulong) -> bool {
+        step::on_debug_unclaimed(regs, dr6)
+    }
 }
 
 /// The tracer, if the module is loaded.
@@ -114,7 +118,7 @@ pub(crate) fn tracer() -> Option<&'static Tracer> {
 }
 
 /// While tracing is on, at least the bits of `Tracer::traced_mask` (else 0, or a few bits
-/// left over: a superset is harmless, the handlers ask [`Tracer::is_traced`] next). Read by
+/// left over: a superset is harmless, the handlers ask [`Tracer::current_traced`] next). Read by
 /// every task that runs a hooked function or a probe, in C (`fctrace_maybe_traced()`,
 /// the ftrace callback): one load and one test, the whole cost of fctrace's hooks to
 /// tasks it does not trace.
@@ -484,10 +488,19 @@ impl Tracer {
     }
 
     /// Whether the current task, of thread group `tgid`, is traced: its thread group is,
-    /// or it is a workqueue worker and the `kworkers` option is set.
+    /// or it is a workqueue worker and the `kworkers` option is set; never while it runs
+    /// one of fctrace's own work items (it would wait for arming, which only they do).
     pub(crate) fn current_traced(&self, tgid: u32) -> bool {
-        self.is_traced(tgid)
-            || (self.settings.option(OptionName::Kworkers) && sys::current_is_kworker())
+        (self.is_traced(tgid)
+            || (self.settings.option(OptionName::Kworkers) && sys::current_is_kworker()))
+            && !sys::current_is_own_worker()
+    }
+
+    /// Whether the current task is traced only as a worker (`kworkers`), not through
+    /// `set_pid`: such a task is followed inside the start function's calls, nothing else
+    /// it does (its forks, the interrupts it takes outside them).
+    pub(crate) fn only_as_worker(&self, tgid: u32) -> bool {
+        !self.is_traced(tgid)
     }
 
     /// Whether tracing has anyone to trace: a thread group in `set_pid`, or with the
@@ -603,34 +616,39 @@ impl Tracer {
         }
     }
 
-    /// In the work item (or as tracing starts again), with the mutex held: after a return
-    /// the trace could not account for ([`Tracer::return_unexpected`]), tracing stops if
-    /// it runs (every probe removed, `tracing_on` 0) and `error_log` says why. Whether
-    /// there was such a return.
+    /// In the work item, with the mutex held: after a return the trace could not account
+    /// for ([`Tracer::return_unexpected`]), tracing stops (every probe removed,
+    /// `tracing_on` 0) and `error_log` says why. Whether there was such a return.
     fn stop_if_inconsistent(&self, inner: &mut TracerInner) -> bool {
         let to = self.unexpected_return.swap(0, Ordering::AcqRel);
         if to == 0 {
             return false;
         }
-        let stop = self.active.load(Ordering::Acquire);
-        // The line first: whoever sees `tracing_on` 0 finds the reason.
-        let mut sym = crate::ksym::SymBuf::new().ok();
-        let name = sym.as_mut().map_or("?", |s| s.name(to));
-        self.log(format_args!(
-            "trace: a function returned to {} with its stack pointer where no return \
-             address was replaced (a callee-pop `ret $n`, or a return address moved): \
-             sent to its caller, tracing stopped{}",
-            name,
-            if stop { " (tracing_on 0)" } else { "" }
-        ));
-        if stop {
+        if self.active.load(Ordering::Acquire) {
+            // The line first: whoever sees `tracing_on` 0 finds the reason.
+            self.log_unexpected_return(to, "tracing stopped (tracing_on 0)");
             inner.tracing_on = false;
             self.stats.stopped_on_error.fetch_add(1, Ordering::Relaxed);
             self.deactivate(inner);
             // (Only the filter's text can fail to be copied, and it did not change.)
             let _ = self.publish_shown(inner);
+        } else {
+            self.log_unexpected_return(to, "tracing had stopped");
         }
         true
+    }
+
+    /// The `error_log` line of a return that came back to `to` where no return address
+    /// was replaced; `what`: what became of tracing.
+    fn log_unexpected_return(&self, to: u64, what: &str) {
+        let mut sym = crate::ksym::SymBuf::new().ok();
+        let name = sym.as_mut().map_or("?", |s| s.name(to));
+        self.log(format_args!(
+            "trace: a function returned to {} with its stack pointer where no return \
+             address was replaced (a callee-pop `ret $n`, or a return address moved): \
+             sent to its caller, {}",
+            name, what
+        ));
     }
 
     /// Module text [`start`, `end`) goes away (the module notifier, process context): if
@@ -667,8 +685,14 @@ impl Tracer {
             ));
             inner.start = None;
             inner.tracing_on = false;
-            // Workers are traced from a start function only.
+            // Workers and kernel threads are traced from a start function only.
             self.settings.set_option(OptionName::Kworkers, false);
+            for t in &self.traced {
+                let tgid = t.load(Ordering::Relaxed);
+                if tgid != 0 && sys::tgid_is_kthread(tgid) {
+                    let _ = t.compare_exchange(tgid, 0, Ordering::AcqRel, Ordering::Relaxed);
+                }
+            }
         }
         if active {
             self.stats.module_text_gone.fetch_add(1, Ordering::Relaxed);

@@ -44,9 +44,6 @@ impl Tracer {
         if self.active.load(Ordering::Acquire) || !inner.tracing_on || !self.tracing_wanted() {
             return Ok(());
         }
-        // A return the last session could not account for, whose work item has not run
-        // yet: its `error_log` line is written now, and it does not stop this session.
-        self.stop_if_inconsistent(inner);
         // The root: the start function's entry (armed now), or in all-system-calls mode a
         // probe in the body of x64_sys_call, whose callee is armed when first called.
         let (root, hook_at) = match inner.start {
@@ -221,6 +218,13 @@ impl Tracer {
     /// Removes every probe. With the mutex held.
     pub(crate) fn deactivate(&self, inner: &mut TracerInner) {
         self.active.store(false, Ordering::Release);
+        // A return the trace could not account for, whose work item has not run yet:
+        // this session ends here (tracing stops, or starts again from scratch), so its
+        // `error_log` line is written now, and the next session does not inherit it.
+        let to = self.unexpected_return.swap(0, Ordering::AcqRel);
+        if to != 0 {
+            self.log_unexpected_return(to, "tracing stopped or armed again from scratch");
+        }
         if !self.any_traced() {
             // (Thread groups go into `traced` with the mutex held, or from a traced
             // process's fork: none now.)

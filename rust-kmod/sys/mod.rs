@@ -239,6 +239,12 @@ pub(crate) fn current_is_kworker() -> bool {
     unsafe { bindings::fctrace_current_is_kworker() }
 }
 
+/// Whether the current task runs one of fctrace's own work items. Any context.
+pub(crate) fn current_is_own_worker() -> bool {
+    // SAFETY: reads four words of c/wait.c and compares them with `current`.
+    unsafe { bindings::fctrace_current_is_own_worker() }
+}
+
 /// Global `tgid` as the current task's PID namespace numbers it, 0 if it cannot see it.
 pub(crate) fn tgid_vnr(tgid: u32) -> u32 {
     // SAFETY: looks the task up under RCU.

@@ -250,7 +250,6 @@ static const struct proc_ops fct_testmod_cp_ops = {
 };
 
 /* Where the stepped instruction (a nop) ends: the single-step trap's address. */
-/* Where the stepped instruction (a nop) ends: the single-step trap's address. */
 static unsigned long fct_testmod_step_end;
 static atomic_t fct_testmod_steps = ATOMIC_INIT(0);
 
@@ -439,6 +438,15 @@ static int __init fct_testmod_init(void)
 {
 	int err;
 
+	/* What the files use first, the files last: a write or read may come at once. */
+	fct_testmod_kt = kthread_run(fct_testmod_kthread_fn, NULL, "fct_testmod_kt");
+	if (IS_ERR(fct_testmod_kt))
+		return PTR_ERR(fct_testmod_kt);
+	err = register_die_notifier(&fct_testmod_nb);
+	if (err) {
+		kthread_stop(fct_testmod_kt);
+		return err;
+	}
 	fct_testmod_entry = proc_create("fct_testmod", 0200, NULL, &fct_testmod_ops);
 	fct_testmod_edge_entry = proc_create("fct_testmod_edge", 0200, NULL,
 					     &fct_testmod_edge_ops);
@@ -453,26 +461,18 @@ static int __init fct_testmod_init(void)
 	if (!fct_testmod_entry || !fct_testmod_edge_entry || !fct_testmod_cp_entry ||
 	    !fct_testmod_step_entry || !fct_testmod_kt_entry || !fct_testmod_work_entry) {
 		fct_testmod_remove();
+		unregister_die_notifier(&fct_testmod_nb);
+		kthread_stop(fct_testmod_kt);
 		return -ENOMEM;
 	}
-	fct_testmod_kt = kthread_run(fct_testmod_kthread_fn, NULL, "fct_testmod_kt");
-	if (IS_ERR(fct_testmod_kt)) {
-		fct_testmod_remove();
-		return PTR_ERR(fct_testmod_kt);
-	}
-	err = register_die_notifier(&fct_testmod_nb);
-	if (err) {
-		kthread_stop(fct_testmod_kt);
-		fct_testmod_remove();
-	}
-	return err;
+	return 0;
 }
 
 static void __exit fct_testmod_exit(void)
 {
-	unregister_die_notifier(&fct_testmod_nb);
-	/* No write is in progress: the files are open by nobody (the module is unused). */
+	/* The files first: proc_remove() waits for the reads and writes under way. */
 	fct_testmod_remove();
+	unregister_die_notifier(&fct_testmod_nb);
 	kthread_stop(fct_testmod_kt);
 	cancel_work_sync(&fct_testmod_work);
 }

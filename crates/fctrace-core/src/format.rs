@@ -245,11 +245,22 @@ impl fmt::Display for Retval {
     }
 }
 
-/// `ret=` and the raw value `v` (`rax`): small negative values (errnos) as such, like
+/// The errno a raw return value `v` stands for, as funcgraph-retval reads one: a negative
+/// value in the errno range, of 64 bits or of 32 (a function returning `int` leaves the
+/// upper half of `%rax` zero: `0xfffffffe` is -2).
+pub fn raw_errno(v: u64) -> Option<i64> {
+    let s = if v >> 32 == 0 && v & (1 << 31) != 0 {
+        v as u32 as i32 as i64
+    } else {
+        v as i64
+    };
+    (-4095..0).contains(&s).then_some(s)
+}
+
+/// `ret=` and the raw value `v` (`rax`): errnos as such ([`raw_errno`]), like
 /// funcgraph-retval, kernel addresses hashed with `ptr_hash`, the rest in hex.
 pub fn write_raw_ret(w: &mut impl Write, v: u64, ptr_hash: Option<fn(u64) -> u32>) -> fmt::Result {
-    let s = v as i64;
-    if (-4095..0).contains(&s) {
+    if let Some(s) = raw_errno(v) {
         write!(w, "ret={}", s)
     } else if let Some(h) = ptr_hash.filter(|_| is_kernel_addr(v)) {
         write!(w, "ret=ptr:{:08x}", h(v))
@@ -314,9 +325,10 @@ pub trait Typed {
     fn is_error(&self, v: u64) -> bool;
 }
 
-/// Whether a raw return value is a negative errno (or an error pointer).
+/// Whether a raw return value is a negative errno, an error pointer included
+/// ([`raw_errno`]).
 pub fn raw_is_error(v: u64) -> bool {
-    (-4095..0).contains(&(v as i64))
+    raw_errno(v).is_some()
 }
 
 struct TypedRet<'a>(&'a dyn Typed, u64);
@@ -758,7 +770,12 @@ mod tests {
         assert!(s.contains(&want), "{}", s);
         assert!(!s.contains("ffff8880"), "{}", s);
         // Errnos and small values are not addresses: shown as they are.
-        for (v, text) in [((-2i64) as u64, "ret=-2"), (0x1d, "ret=0x1d")] {
+        for (v, text) in [
+            ((-2i64) as u64, "ret=-2"),
+            (0xffff_fffe, "ret=-2"),
+            (0x8000_0000, "ret=0x80000000"),
+            (0x1d, "ret=0x1d"),
+        ] {
             r.retval = v;
             let mut s = String::new();
             write_record(&mut s, &r, "f", opts).unwrap();
