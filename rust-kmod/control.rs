@@ -197,7 +197,7 @@ fctrace: every kernel function call of chosen tasks, by dynamic call-site probin
                   '>>' adds, later writes of one open add, an empty write
                   clears (and removes every probe). Live processes only; a
                   process leaves when it exits or executes a set-user-ID
-                  program.
+                  program. A kernel thread needs a start function.
   start_function  Function where a trace begins (name or 0xaddress). Empty:
                   from every system call's entry.
   filter          Glob patterns, one per line. 'pattern': follow only matching
@@ -232,6 +232,14 @@ Quick start:
   echo vfs_read > start_function
   echo $PID > set_pid
   cat trace_pipe
+
+A work function, whichever kworker runs it:
+  echo my_work_fn > start_function
+  echo kworkers > options
+
+Where an error came from (on the host: fctrace-report errors trace.txt):
+  echo retval > options; echo errors > options
+  grep ERROR trace
 ";
 
 /// What reading `id` shows.
