@@ -18,10 +18,10 @@ use kernel::prelude::*;
 /// or unregistration of ours. Their addresses are looked up once (`u64::MAX`: absent).
 fn note_ftrace_callers() {
     static SITES: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
-    for (slot, name) in SITES
-        .iter()
-        .zip([kernel::c_str!("ftrace_call"), kernel::c_str!("ftrace_regs_call")])
-    {
+    for (slot, name) in SITES.iter().zip([
+        kernel::c_str!("ftrace_call"),
+        kernel::c_str!("ftrace_regs_call"),
+    ]) {
         let mut a = slot.load(Ordering::Relaxed);
         if a == 0 {
             a = match crate::ksym::addr_of(name) {

@@ -63,9 +63,8 @@ impl Guard {
         let notifier = unsafe { sys::Notifier::register(sys::Chain::Die, die_handler::<C>, -1) }?;
         // And after every other notifier, for the traps nobody else claimed.
         // SAFETY: as above, for `last_handler`.
-        let last = unsafe {
-            sys::Notifier::register(sys::Chain::Die, last_handler::<C>, c_int::MIN)
-        }?;
+        let last =
+            unsafe { sys::Notifier::register(sys::Chain::Die, last_handler::<C>, c_int::MIN) }?;
         Ok(Guard {
             _notifier: notifier,
             _last: last,

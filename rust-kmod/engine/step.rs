@@ -473,8 +473,7 @@ pub(crate) fn on_debug_unclaimed(regs: &mut sys::PtRegs, dr6: *mut c_ulong) -> b
         return false;
     };
     let (pid, tgid) = current_ids();
-    if !tr.active.load(Ordering::Acquire) || !tr.current_traced(tgid) || tr.slot(pid).is_none()
-    {
+    if !tr.active.load(Ordering::Acquire) || !tr.current_traced(tgid) || tr.slot(pid).is_none() {
         return false;
     }
     regs.flags &= !(X86_EFLAGS_TF as c_ulong);
