@@ -638,7 +638,7 @@ fn write_set_pid(tr: &Tracer, data: &[u8], append: bool) -> Result {
             Err(e) => {
                 // No such thread in the writer's PID namespace, or a process that is
                 // exiting or has exited (a zombie).
-                tr.log(format_args!("set_pid: no live thread {}", pid));
+                tr.log(format_args!("set_pid: no live process has thread {}", pid));
                 return Err(e);
             }
         };

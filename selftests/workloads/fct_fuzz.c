@@ -36,7 +36,7 @@ static unsigned int rnd(unsigned int n)
 
 struct file {
 	const char *name;
-	const char *valid[12];
+	const char *valid[16];
 };
 
 /* The files whose state a refused write must leave as it was (trace and error_log are
