@@ -199,6 +199,40 @@ fn errors_text_and_json() {
 }
 
 #[test]
+fn errors_of_a_real_failing_command() {
+    // openat() of a missing file, typed (args) and raw (retval alone): the same path.
+    for (f, ret) in [
+        ("enoent-args.trace", "ret=-2 (ENOENT)"),
+        ("enoent-raw.trace", "ret=-2"),
+    ] {
+        let out = ok(&["errors", &data(f)]);
+        assert!(
+            out.contains("7 calls at the top of a tree, 1 returned an error (1 distinct path)"),
+            "{}: {}",
+            f,
+            out
+        );
+        assert!(
+            out.contains("__x64_sys_openat = -2 (ENOENT), first returned by link_path_walk"),
+            "{}: {}",
+            f,
+            out
+        );
+        for func in ["do_sys_openat2", "do_filp_open", "path_openat"] {
+            assert!(
+                out.lines()
+                    .any(|l| l.trim_start().starts_with(func) && l.ends_with(ret)),
+                "{}: {} {}: {}",
+                f,
+                func,
+                ret,
+                out
+            );
+        }
+    }
+}
+
+#[test]
 fn follow_text_and_json() {
     let real = data("openat-args.trace");
     let out = ok(&["follow", "notes.txt", &real]);
