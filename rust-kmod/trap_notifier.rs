@@ -85,13 +85,26 @@ unsafe extern "C" fn last_handler<C: TrapClient>(
     if data.is_null() || val != sys::DIE_DEBUG {
         return NOTIFY_DONE;
     }
-    // SAFETY: as in `die_handler` for DIE_DEBUG.
+    // SAFETY: by this function's contract, for DIE_DEBUG.
+    unsafe { on_debug_args(data, C::on_debug_last) }
+}
+
+/// Hands a DIE_DEBUG trap's registers and DR6 copy to `f`: `NOTIFY_STOP` if it took the
+/// trap.
+///
+/// # Safety
+///
+/// `data` is a DIE_DEBUG trap's `struct die_args`, as the die notifier chain passes it.
+unsafe fn on_debug_args(data: *mut c_void, f: fn(&mut sys::PtRegs, *mut c_ulong) -> bool) -> c_int {
+    // SAFETY: for DIE_DEBUG `data` is the trap's `struct die_args` (the caller's
+    // contract): `regs` are the interrupted registers, ours to change for the return from
+    // the trap, and `err` points to the trap's copy of DR6.
     let (regs, dr6) = unsafe {
         let args = &*data.cast::<sys::DieArgs>();
         (args.regs.as_mut(), args.err as *mut c_ulong)
     };
     let ours = match regs {
-        Some(regs) if !dr6.is_null() => C::on_debug_last(regs, dr6),
+        Some(regs) if !dr6.is_null() => f(regs, dr6),
         _ => false,
     };
     if ours {
@@ -139,18 +152,8 @@ unsafe extern "C" fn die_handler<C: TrapClient>(
         return NOTIFY_DONE;
     }
     if val == sys::DIE_DEBUG {
-        // SAFETY: for DIE_DEBUG `data` is the trap's `struct die_args`: `regs` are the
-        // interrupted registers, ours to change for the return from the trap, and `err`
-        // points to the trap's copy of DR6.
-        let (regs, dr6) = unsafe {
-            let args = &*data.cast::<sys::DieArgs>();
-            (args.regs.as_mut(), args.err as *mut c_ulong)
-        };
-        let ours = match regs {
-            Some(regs) if !dr6.is_null() => C::on_debug(regs, dr6),
-            _ => false,
-        };
-        return if ours { NOTIFY_STOP } else { NOTIFY_DONE };
+        // SAFETY: by this function's contract, for DIE_DEBUG.
+        return unsafe { on_debug_args(data, C::on_debug) };
     }
     if val != sys::DIE_INT3 {
         return NOTIFY_DONE;
