@@ -213,7 +213,7 @@ pub fn compute(trace: &Trace) -> Errors {
 }
 
 /// Writes the paths as text, at most `limit` of them.
-pub fn write_text(w: &mut impl Write, e: &Errors, limit: usize) -> io::Result<()> {
+pub fn write_text(w: &mut (impl Write + ?Sized), e: &Errors, limit: usize) -> io::Result<()> {
     writeln!(
         w,
         "# {} call{} at the top of a tree, {} returned an error ({} distinct path{})",

@@ -207,7 +207,7 @@ pub fn find(trace: &Trace, needle: &Needle) -> Vec<Hit> {
 }
 
 /// Writes the hits as text: one line per call, its path, and where the value was.
-pub fn write_text(w: &mut impl Write, what: &str, hits: &[Hit]) -> io::Result<()> {
+pub fn write_text(w: &mut (impl Write + ?Sized), what: &str, hits: &[Hit]) -> io::Result<()> {
     let mut tasks: Vec<&str> = hits.iter().map(|h| h.task.as_str()).collect();
     tasks.sort_unstable();
     tasks.dedup();

@@ -338,6 +338,29 @@ fn output(path: Option<&Path>) -> Result<Box<dyn Write>> {
     })
 }
 
+/// Writes a report of `t` (read from `path`) on standard output: `doc` as JSON, or, with
+/// none, the `# SOURCE: counts` line and what `text` writes.
+fn report(
+    path: &Path,
+    t: &Trace,
+    doc: Option<serde_json::Value>,
+    text: impl FnOnce(&mut dyn Write) -> Result<()>,
+) -> Result<()> {
+    let mut w = output(None)?;
+    match doc {
+        Some(v) => {
+            serde_json::to_writer_pretty(&mut w, &v)?;
+            writeln!(w)?;
+        }
+        None => {
+            writeln!(w, "# {}: {}", name(path), t.describe())?;
+            text(&mut w)?;
+        }
+    }
+    w.flush()?;
+    Ok(())
+}
+
 fn run(cli: &Cli) -> Result<()> {
     let la = &cli.load;
     match &cli.command {
@@ -354,22 +377,14 @@ fn run(cli: &Cli) -> Result<()> {
             if let Some(n) = limit {
                 s.truncate(*n);
             }
-            let mut w = output(None)?;
-            if *json {
-                serde_json::to_writer_pretty(
-                    &mut w,
-                    &serde_json::json!({
-                        "source": name(trace),
-                        "summary": t.summary,
-                        "functions": s,
-                    }),
-                )?;
-                writeln!(w)?;
-            } else {
-                writeln!(w, "# {}: {}", name(trace), t.describe())?;
-                stats::write_table(&mut w, &s)?;
-            }
-            w.flush()?;
+            let doc = json.then(|| {
+                serde_json::json!({
+                    "source": name(trace),
+                    "summary": t.summary,
+                    "functions": s,
+                })
+            });
+            report(trace, &t, doc, |w| Ok(stats::write_table(w, &s)?))?;
         }
         Command::Graph {
             trace,
@@ -484,22 +499,14 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Errors { trace, limit, json } => {
             let t = load(trace, la)?;
             let e = errors::compute(&t);
-            let mut w = output(None)?;
-            if *json {
-                serde_json::to_writer_pretty(
-                    &mut w,
-                    &serde_json::json!({
-                        "source": name(trace),
-                        "summary": t.summary,
-                        "errors": e,
-                    }),
-                )?;
-                writeln!(w)?;
-            } else {
-                writeln!(w, "# {}: {}", name(trace), t.describe())?;
-                errors::write_text(&mut w, &e, *limit)?;
-            }
-            w.flush()?;
+            let doc = json.then(|| {
+                serde_json::json!({
+                    "source": name(trace),
+                    "summary": t.summary,
+                    "errors": e,
+                })
+            });
+            report(trace, &t, doc, |w| Ok(errors::write_text(w, &e, *limit)?))?;
         }
         Command::Follow {
             value,
@@ -509,23 +516,15 @@ fn run(cli: &Cli) -> Result<()> {
         } => {
             let t = load(trace, la)?;
             let hits = follow::find(&t, &follow::Needle::parse(value, *size));
-            let mut w = output(None)?;
-            if *json {
-                serde_json::to_writer_pretty(
-                    &mut w,
-                    &serde_json::json!({
-                        "source": name(trace),
-                        "value": value,
-                        "size": size,
-                        "calls": hits,
-                    }),
-                )?;
-                writeln!(w)?;
-            } else {
-                writeln!(w, "# {}: {}", name(trace), t.describe())?;
-                follow::write_text(&mut w, value, &hits)?;
-            }
-            w.flush()?;
+            let doc = json.then(|| {
+                serde_json::json!({
+                    "source": name(trace),
+                    "value": value,
+                    "size": size,
+                    "calls": hits,
+                })
+            });
+            report(trace, &t, doc, |w| Ok(follow::write_text(w, value, &hits)?))?;
         }
         Command::Diff { a, b, limit, json } => {
             let ta = load(a, la)?;
