@@ -106,13 +106,14 @@ pub(crate) struct Event {
     pub(crate) cpu: u32,
     /// Records of this CPU lost just before this one.
     pub(crate) lost: u64,
-    /// An argument record's area (its slots follow it in the same batch).
+    /// An argument record's area (its slots follow it in the same batch), a late one's
+    /// too.
     pub(crate) area: Option<ArgArea>,
 }
 
 /// The event for record `rec` taken from `c`: an argument record takes its slots too.
 fn event(rec: Record, cpu: u32, lost: u64, c: &mut Cursor) -> Event {
-    let area = (rec.kind == Kind::Args as u8).then(|| {
+    let area = (rec.kind == Kind::Args as u8 || rec.kind == Kind::LateArgs as u8).then(|| {
         let mut slots = [Record::ZERO; crate::args::AREA_SLOTS];
         let mut n = 0;
         for s in slots.iter_mut().take(usize::from(rec.reason)) {

@@ -349,6 +349,8 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     )?;
     writeln!(t, "page_faults: {}", n(&s.page_faults))?;
     writeln!(t, "fault_hook_missing: {}", n(&s.fault_hook_missing))?;
+    writeln!(t, "strings_read_at_return: {}", n(&s.strings_at_return))?;
+    writeln!(t, "strings_unreadable: {}", n(&s.strings_unread))?;
     writeln!(t, "single_steps: {}", n(&s.single_steps))?;
     writeln!(t, "single_steps_trapped: {}", n(&s.single_steps_trapped))?;
     writeln!(t, "single_steps_lost: {}", n(&s.single_steps_lost))?;

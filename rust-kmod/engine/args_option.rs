@@ -15,6 +15,7 @@ use crate::format::Typed;
 use crate::ksym::SymBuf;
 use crate::parse::OptionName;
 use crate::record::{Kind, Record, F_ARGS};
+use crate::shadow::ArgsDone;
 use crate::sys;
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
@@ -342,7 +343,8 @@ impl Tracer {
     }
 
     /// A call of `func` at `depth` at time `ts` is drawn with the registers `regs` at the
-    /// call: writes its argument record (registers, strings) and says whether it did.
+    /// call: writes its argument record (registers, strings) and says whether it did, and
+    /// which user string it could not read (to read again at the return).
     /// In a handler: bounded, no allocation, no sleeping.
     pub(crate) fn write_args(
         &self,
@@ -351,13 +353,14 @@ impl Tracer {
         func: u64,
         depth: usize,
         ts: u64,
-    ) -> bool {
+    ) -> ArgsDone {
+        let mut done = ArgsDone::default();
         if !self.settings.option(OptionName::Args) {
-            return false;
+            return done;
         }
         let spec = self.table.args_of(func);
         if spec & SPEC_KNOWN == 0 {
-            return false;
+            return done;
         }
         let vals = [regs.di, regs.si, regs.dx, regs.cx, regs.r8, regs.r9].map(|v| v as u64);
         let mut a = ArgArea::EMPTY;
@@ -378,32 +381,90 @@ impl Tracer {
                 continue;
             }
             a.str_reg[k] = reg as u8;
-            let buf = &mut a.strs[k];
-            let (len, state) = match sys::copy_str(buf, v) {
-                None => (0, STR_UNREADABLE),
-                Some(got) => match buf[..got].iter().position(|&c| c == 0) {
-                    Some(p) => (p, STR_WHOLE),
-                    // Longer than the limit, or its next page could not be read.
-                    None => (got, STR_CUT),
-                },
-            };
-            a.str_len[k] = len as u8;
-            a.str_state[k] = state;
+            let state = read_str(&mut a, k, v);
+            // A user page not resident yet: the callee will most likely fault it in as it
+            // reads the string itself. A kernel address that cannot be read will not be
+            // readable later either.
+            if state == STR_UNREADABLE
+                && done.unread.is_none()
+                && v != 0
+                && !crate::format::is_kernel_addr(v)
+            {
+                done.unread = Some((reg as u8, v));
+            }
             k += 1;
         }
         let slots = ArgArea::slots_for(k);
+        rec.kind = Kind::Args as u8;
+        rec.depth = depth.min(255) as u8;
+        rec.func = func;
+        rec.ts = ts.saturating_sub(1);
+        self.write_area(rec, &a, slots);
+        done.written = true;
+        done
+    }
+
+    /// The frame of `func` at `depth`, whose user string in register `reg` (value `ptr`)
+    /// could not be read at the call, closes with a record stamped `ts`: reads the string
+    /// again, and if it can be read now writes it as a late argument record for that
+    /// closing record. In a handler, in the task that made the call: bounded, no
+    /// allocation, no sleeping.
+    pub(crate) fn write_late_args(
+        &self,
+        rec: &mut Record,
+        func: u64,
+        depth: usize,
+        ts: u64,
+        reg: u8,
+        ptr: u64,
+    ) {
+        let mut a = ArgArea::EMPTY;
+        a.str_reg[0] = reg;
+        let got = read_str(&mut a, 0, ptr) != STR_UNREADABLE;
+        let c = if got {
+            &self.stats.strings_at_return
+        } else {
+            &self.stats.strings_unread
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        if !got {
+            return;
+        }
+        rec.kind = Kind::LateArgs as u8;
+        rec.depth = depth.min(255) as u8;
+        rec.func = func;
+        rec.ts = ts;
+        self.write_area(rec, &a, ArgArea::slots_for(1));
+    }
+
+    /// Writes argument record `rec` and the first `slots` slots of area `a` after it.
+    fn write_area(&self, rec: &mut Record, a: &ArgArea, slots: usize) {
         let mut more = [Record::ZERO; args::AREA_SLOTS];
         for (i, s) in more.iter_mut().enumerate().take(slots) {
             *s = a.slot(i);
         }
-        rec.kind = Kind::Args as u8;
-        rec.depth = depth.min(255) as u8;
         rec.reason = slots as u8;
-        rec.func = func;
-        rec.ts = ts.saturating_sub(1);
-        self.buf.write_with(rec, &more[..slots]);
-        true
+        self.buf.write_with(rec, more.get(..slots).unwrap_or(&[]));
     }
+}
+
+/// Reads the string at `v` into string place `k` of `a` with the no-fault routines:
+/// its state.
+fn read_str(a: &mut ArgArea, k: usize, v: u64) -> u8 {
+    let Some(buf) = a.strs.get_mut(k) else {
+        return STR_UNREADABLE;
+    };
+    let (len, state) = match sys::copy_str(buf, v) {
+        None => (0, STR_UNREADABLE),
+        Some(got) => match buf.get(..got).and_then(|b| b.iter().position(|&c| c == 0)) {
+            Some(p) => (p, STR_WHOLE),
+            // Longer than the limit, or its next page could not be read.
+            None => (got, STR_CUT),
+        },
+    };
+    a.str_len[k] = len as u8;
+    a.str_state[k] = state;
+    state
 }
 
 /// A reader's argument records waiting for their calls' records.
@@ -444,7 +505,15 @@ impl Pending {
         if r.flags & F_ARGS == 0 || r.kind == Kind::Ret as u8 {
             return None;
         }
-        args::pending_take(&mut self.slots, r)
+        args::pending_take(&mut self.slots, r, false)
+    }
+
+    /// The strings read again at the return that closing record `r` makes, if any.
+    fn take_late(&mut self, r: &Record) -> Option<ArgArea> {
+        if r.kind != Kind::Ret as u8 && r.kind != Kind::Whole as u8 {
+            return None;
+        }
+        args::pending_take(&mut self.slots, r, true)
     }
 
     /// Forgets everything.
@@ -459,6 +528,9 @@ pub(crate) struct TypedRecord<'a> {
     /// and the id.
     func: Option<(&'a KernelBtf, Option<&'a ModBtf>, u32)>,
     area: Option<ArgArea>,
+    /// A closing line's strings read at the return (a one-line call has them merged
+    /// into `area`).
+    late: Option<ArgArea>,
     opts: ValueOpts,
 }
 
@@ -479,9 +551,16 @@ impl<'a> TypedRecord<'a> {
             };
             Some((kb, m, kb.func_id(m, name)?))
         });
+        let mut area = pending.take(r);
+        let mut late = pending.take_late(r);
+        if let (Some(a), Some(l)) = (area.as_mut(), late.as_ref()) {
+            *a = a.with_late(l);
+            late = None;
+        }
         TypedRecord {
             func,
-            area: pending.take(r),
+            area,
+            late,
             opts: ValueOpts { ptr_hash },
         }
     }
@@ -543,6 +622,20 @@ impl Typed for TypedRecord<'_> {
         match self.with(|b, f| args::ret_errno(b, f, v)) {
             Some(e) => e.is_some(),
             None => crate::format::raw_is_error(v),
+        }
+    }
+
+    fn has_late(&self) -> bool {
+        self.late.is_some() && self.func.is_some()
+    }
+
+    fn write_late(&self, w: &mut dyn Write) -> fmt::Result {
+        let mut w = w;
+        match self.late.as_ref() {
+            Some(l) => self
+                .with(|b, f| args::write_late(&mut w, b, f, l))
+                .unwrap_or(Ok(())),
+            None => Ok(()),
         }
     }
 }

@@ -120,6 +120,10 @@ pub(crate) struct Stats {
     /// page faults are not drawn.
     pub(crate) fault_hook_missing: AtomicU64,
     pub(crate) single_steps: AtomicU64,
+    /// `args`: user strings unreadable at their call read again at its return, and
+    /// those still unreadable then.
+    pub(crate) strings_at_return: AtomicU64,
+    pub(crate) strings_unread: AtomicU64,
     /// Single steps started from a pre-site probe's breakpoint (not optimized, or not yet).
     pub(crate) single_steps_trapped: AtomicU64,
     pub(crate) single_steps_lost: AtomicU64,

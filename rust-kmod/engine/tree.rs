@@ -10,7 +10,7 @@ use super::site::{Expect, Step};
 use super::{clock_ns, this_cpu, Tracer, MAX_TASKS};
 use crate::parse::OptionName;
 use crate::record::{Kind, Reason, Record, F_IRQ, F_SOFTIRQ};
-use crate::shadow::{ShadowStack, Sink};
+use crate::shadow::{ArgsDone, ShadowStack, Sink};
 use crate::sys;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -236,14 +236,22 @@ impl Sink for Recorder<'_> {
         self.tr.write(r);
     }
 
-    fn args(&self, func: u64, depth: usize, ts: u64) -> bool {
-        let Some(regs) = self.regs else { return false };
+    fn args(&self, func: u64, depth: usize, ts: u64) -> ArgsDone {
+        let Some(regs) = self.regs else {
+            return ArgsDone::default();
+        };
         if !self.tr.settings.option(OptionName::Args) {
-            return false;
+            return ArgsDone::default();
         }
         let mut r = Record::ZERO;
         self.stamp(&mut r);
         self.tr.write_args(&mut r, regs, func, depth, ts)
+    }
+
+    fn late_args(&self, func: u64, depth: usize, ts: u64, reg: u8, ptr: u64) {
+        let mut r = Record::ZERO;
+        self.stamp(&mut r);
+        self.tr.write_late_args(&mut r, func, depth, ts, reg, ptr)
     }
 
     fn now(&self) -> u64 {

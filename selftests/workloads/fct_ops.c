@@ -8,6 +8,10 @@
  *   pipe        pipe(), write 64 bytes into it (nobody reads them)
  *   stat FILE   stat() FILE
  *   open FILE   openat(AT_FDCWD, FILE, O_RDONLY) + close
+ *   open_fresh FILE  the same, the name passed from a page of a file mapping
+ *               (FILE's name written to FILE.name, mapped before the gate and
+ *               never touched): not resident when openat() is called, the
+ *               kernel faults it in as it copies the name
  *   mmap        mmap 4 anonymous pages, touch one, munmap
  *   mmap_pinned the same four times, bound to the CPU it runs on (set before
  *               the gate), with madvise(MADV_WILLNEED) before the munmap:
@@ -119,6 +123,25 @@ int main(int argc, char **argv)
 
 		gate();
 		fd = openat(AT_FDCWD, file, O_RDONLY);
+		if (fd < 0)
+			return 1;
+		return close(fd) != 0;
+	}
+	if (!strcmp(op, "open_fresh")) {
+		char path[4096];
+		const char *name;
+		int fd, nfd;
+
+		snprintf(path, sizeof(path), "%s.name", file);
+		nfd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+		if (nfd < 0 || write(nfd, file, strlen(file) + 1) < 0)
+			return 1;
+		name = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, nfd, 0);
+		if (name == MAP_FAILED)
+			return 1;
+		gate();
+		fd = openat(AT_FDCWD, name, O_RDONLY);
+		unlink(path);
 		if (fd < 0)
 			return 1;
 		return close(fd) != 0;

@@ -39,6 +39,10 @@ pub const STR_WHOLE: u8 = 0;
 pub const STR_CUT: u8 = 1;
 /// It could not be read (a bad pointer, a page not present).
 pub const STR_UNREADABLE: u8 = 2;
+/// ORed into a state: the string was read when the call returned, not at the call,
+/// where it could not be read (a user page not resident yet, which the callee faulted
+/// in as it read the string itself).
+pub const STR_AT_RETURN: u8 = 4;
 /// No string in this place.
 pub const NO_STR: u8 = 0xff;
 
@@ -130,6 +134,31 @@ impl ArgArea {
         let i = self.str_reg.iter().position(|&r| usize::from(r) == reg)?;
         let len = usize::from(self.str_len[i]).min(ARG_STR_MAX);
         Some((self.strs[i].get(..len)?, self.str_state[i]))
+    }
+
+    /// This call's arguments with the strings that could not be read at the call taken
+    /// from `late` (read at its return), marked [`STR_AT_RETURN`].
+    pub fn with_late(&self, late: &ArgArea) -> ArgArea {
+        let mut a = *self;
+        for i in 0..ARG_STRS {
+            if a.str_state[i] != STR_UNREADABLE {
+                continue;
+            }
+            let Some(j) = late
+                .str_reg
+                .iter()
+                .position(|&r| r != NO_STR && r == a.str_reg[i])
+            else {
+                continue;
+            };
+            if late.str_state[j] & 3 == STR_UNREADABLE {
+                continue;
+            }
+            a.strs[i] = late.strs[j];
+            a.str_len[i] = late.str_len[j];
+            a.str_state[i] = late.str_state[j] | STR_AT_RETURN;
+        }
+        a
     }
 }
 
@@ -386,8 +415,11 @@ fn write_string(w: &mut impl Write, s: &[u8], state: u8) -> fmt::Result {
         }
     }
     w.write_char('"')?;
-    if state == STR_CUT {
+    if state & 3 == STR_CUT {
         w.write_str("...")?;
+    }
+    if state & STR_AT_RETURN != 0 {
+        w.write_str(" (read at return)")?;
     }
     Ok(())
 }
@@ -437,7 +469,7 @@ fn write_value(
         Class::Bool => w.write_str(if v & 0xff != 0 { "true" } else { "false" }),
         Class::Char { signed } => write!(w, "{}", sized(v, 1, signed) as i64),
         Class::Ptr { string: true } if v != 0 => match string {
-            Some((_, STR_UNREADABLE)) => {
+            Some((_, state)) if state & 3 == STR_UNREADABLE => {
                 write_ptr(w, v, opts)?;
                 w.write_str(" (unreadable)")
             }
@@ -551,6 +583,31 @@ pub fn returns_value(btf: &Btf<'_>, f: &Type<'_>) -> bool {
     btf.class(ret_type(btf, f)).is_ok_and(|c| c != Class::Void)
 }
 
+/// Writes the strings of `late` (a call's strings read again at its return) as
+/// `name="..." (read at return)`, by the names of `f`'s parameters, for its closing
+/// line.
+pub fn write_late(w: &mut impl Write, btf: &Btf<'_>, f: &Type<'_>, late: &ArgArea) -> fmt::Result {
+    let mut n = 0;
+    let mut res = Ok(());
+    places(btf, f, |_, name, p| {
+        let Some((s, state)) = late.string(p.reg) else {
+            return;
+        };
+        if res.is_err() || state & 3 == STR_UNREADABLE {
+            return;
+        }
+        res = (|| {
+            if n > 0 {
+                w.write_str(", ")?;
+            }
+            n += 1;
+            write!(w, "{}=", if name.is_empty() { "?" } else { name })?;
+            write_string(w, s, state | STR_AT_RETURN)
+        })();
+    });
+    res
+}
+
 /// Writes `ret=value` for a return of `f` (a BTF `Func`) with `rax` = `v` (see
 /// [`returns_value`]: a `void` function has none to write).
 pub fn write_ret(
@@ -597,26 +654,30 @@ pub fn ret_errno(btf: &Btf<'_>, f: &Type<'_>, v: u64) -> Option<i64> {
 /// [`pending_put`] and [`pending_take`] over a few hundred of these.
 #[derive(Clone, Copy)]
 pub struct PendingArgs {
-    /// Thread, depth, function, and the call record's time stamp (0: free).
-    key: (u32, u8, u64, u64),
+    /// Thread, depth, function, the time stamp of the record it belongs to (0: free),
+    /// and whether it is a late one (strings read at the return, for the closing record).
+    key: (u32, u8, u64, u64, bool),
     area: ArgArea,
 }
 
 impl PendingArgs {
     pub const EMPTY: PendingArgs = PendingArgs {
-        key: (0, 0, 0, 0),
+        key: (0, 0, 0, 0, false),
         area: ArgArea::EMPTY,
     };
 }
 
-/// Keeps the area of argument record `r` (its call's record will have `r.ts + 1`), in
-/// place of one of the same thread and depth (whose call record was lost) or else of
-/// the oldest (`next`, round robin).
+/// Keeps the area of argument record `r` (its call's record will have `r.ts + 1`; a
+/// [`Kind::LateArgs`](crate::record::Kind::LateArgs) record's closing record has
+/// `r.ts`), in place of one of the same thread, depth and lateness (whose record was
+/// lost) or else of the oldest (`next`, round robin).
 pub fn pending_put(slots: &mut [PendingArgs], next: &mut usize, r: &Record, a: &ArgArea) {
-    let key = (r.pid, r.depth, r.func, r.ts.wrapping_add(1));
+    let late = r.kind == crate::record::Kind::LateArgs as u8;
+    let ts = if late { r.ts } else { r.ts.wrapping_add(1) };
+    let key = (r.pid, r.depth, r.func, ts, late);
     let i = match slots
         .iter()
-        .position(|s| s.key.3 != 0 && s.key.0 == key.0 && s.key.1 == key.1)
+        .position(|s| s.key.3 != 0 && s.key.0 == key.0 && s.key.1 == key.1 && s.key.4 == late)
     {
         Some(i) => i,
         None => {
@@ -631,11 +692,12 @@ pub fn pending_put(slots: &mut [PendingArgs], next: &mut usize, r: &Record, a: &
     }
 }
 
-/// The area for call record `r` (flagged `F_ARGS`), taken out.
-pub fn pending_take(slots: &mut [PendingArgs], r: &Record) -> Option<ArgArea> {
-    let key = (r.pid, r.depth, r.func, r.ts);
+/// The area for call record `r` (flagged `F_ARGS`) or, `late`, the strings read again
+/// for closing record `r`, taken out.
+pub fn pending_take(slots: &mut [PendingArgs], r: &Record, late: bool) -> Option<ArgArea> {
+    let key = (r.pid, r.depth, r.func, r.ts, late);
     let s = slots.iter_mut().find(|s| s.key == key && key.3 != 0)?;
-    s.key = (0, 0, 0, 0);
+    s.key = PendingArgs::EMPTY.key;
     Some(s.area)
 }
 
@@ -723,10 +785,63 @@ mod tests {
         let mut call = r;
         call.ts = 100;
         call.depth = 3;
-        assert!(pending_take(&mut p, &call).is_none());
+        assert!(pending_take(&mut p, &call, false).is_none());
         call.depth = 2;
-        assert_eq!(pending_take(&mut p, &call).map(|a| a.regs[0]), Some(42));
-        assert!(pending_take(&mut p, &call).is_none());
+        assert_eq!(
+            pending_take(&mut p, &call, false).map(|a| a.regs[0]),
+            Some(42)
+        );
+        assert!(pending_take(&mut p, &call, false).is_none());
+    }
+
+    #[test]
+    fn late_strings_pair_with_the_closing_record_apart_from_the_call_args() {
+        let mut p = [PendingArgs::EMPTY; 4];
+        let mut next = 0;
+        // A whole record at 100: its call's args (stamped 99) and its late strings
+        // (stamped 100) both wait for it.
+        let mut args = Record::ZERO;
+        (args.pid, args.depth, args.func, args.ts) = (7, 1, 0x1000, 99);
+        args.kind = crate::record::Kind::Args as u8;
+        let mut early = ArgArea::EMPTY;
+        early.nregs = 2;
+        early.regs[1] = 0x5b_050f;
+        early.str_reg[0] = 1;
+        early.str_state[0] = STR_UNREADABLE;
+        pending_put(&mut p, &mut next, &args, &early);
+        let mut late_rec = args;
+        late_rec.kind = crate::record::Kind::LateArgs as u8;
+        late_rec.ts = 100;
+        let mut late = ArgArea::EMPTY;
+        late.str_reg[0] = 1;
+        late.str_len[0] = 6;
+        late.strs[0][..6].copy_from_slice(b"/tmp/x");
+        pending_put(&mut p, &mut next, &late_rec, &late);
+        let mut whole = args;
+        whole.kind = crate::record::Kind::Whole as u8;
+        whole.ts = 100;
+        let e = pending_take(&mut p, &whole, false).unwrap();
+        let l = pending_take(&mut p, &whole, true).unwrap();
+        let merged = e.with_late(&l);
+        assert_eq!(
+            merged.string(1),
+            Some((&b"/tmp/x"[..], STR_WHOLE | STR_AT_RETURN))
+        );
+        assert_eq!(merged.regs[1], 0x5b_050f);
+        let mut s = heapless_string();
+        let (text, state) = merged.string(1).unwrap();
+        write_string(&mut s, text, state).unwrap();
+        assert_eq!(s.as_str(), "\"/tmp/x\" (read at return)");
+        // A string read at the call is kept; one unreadable at the return too stays so.
+        let mut read = early;
+        read.str_state[0] = STR_WHOLE;
+        assert_eq!(read.with_late(&l).string(1), Some((&b""[..], STR_WHOLE)));
+        let mut still = l;
+        still.str_state[0] = STR_UNREADABLE;
+        assert_eq!(
+            e.with_late(&still).string(1),
+            Some((&b""[..], STR_UNREADABLE))
+        );
     }
 
     struct S(([u8; 128], usize));

@@ -298,8 +298,8 @@ fn write_irq_marker(
 }
 
 /// The notes of a call's flags, in the order they are written (a call has its site
-/// first, at most these three, then a reason, a value and `ERROR`: `notes` in
-/// [`write_record_with`] has room for seven).
+/// first, at most these three, then a reason, a value and `ERROR`; a closing line adds
+/// the strings read at the return: `notes` in [`write_record_with`] has room for eight).
 static FLAG_NOTES: [(u8, &str); 3] = [
     (F_TAIL, "tail call"),
     (F_INDIRECT, "indirect"),
@@ -323,6 +323,23 @@ pub trait Typed {
     fn write_ret(&self, w: &mut dyn Write, v: u64) -> fmt::Result;
     /// Whether `v`, returned, is a negative errno (as its type says).
     fn is_error(&self, v: u64) -> bool;
+    /// Whether a closing line has strings read at the return to show (the call's were
+    /// not readable when it was made).
+    fn has_late(&self) -> bool {
+        false
+    }
+    /// Writes them: `filename="..." (read at return)`.
+    fn write_late(&self, _w: &mut dyn Write) -> fmt::Result {
+        Ok(())
+    }
+}
+
+struct Late<'a>(&'a dyn Typed);
+
+impl fmt::Display for Late<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.write_late(f)
+    }
 }
 
 /// Whether a raw return value is a negative errno, an error pointer included
@@ -351,12 +368,12 @@ pub fn write_record_with(
     site: Option<&str>,
 ) -> fmt::Result {
     let kind = Kind::from_u8(r.kind);
-    if kind == Some(Kind::Args) {
-        // Not a line: the reader keeps it for its call's record.
+    if matches!(kind, Some(Kind::Args | Kind::LateArgs)) {
+        // Not a line: the reader keeps it for its call's (or closing) record.
         return Ok(());
     }
     let reason = Reason::from_u8(r.reason);
-    let mut notes: [&dyn fmt::Display; 7] = [&""; 7];
+    let mut notes: [&dyn fmt::Display; 8] = [&""; 8];
     let mut n = 0;
     let site_note;
     if let Some(s) = site.filter(|_| opts.callsite && kind != Some(Kind::Ret)) {
@@ -405,6 +422,14 @@ pub fn write_record_with(
             n += 1;
         }
     }
+    let late;
+    if let Some(t) = typed.filter(|t| kind == Some(Kind::Ret) && t.has_late()) {
+        late = Late(t);
+        if n < notes.len() {
+            notes[n] = &late;
+            n += 1;
+        }
+    }
     // An interrupt's tree (its entry function at depth 0) is set off by marker lines.
     let irq = irq_context(r).filter(|_| r.depth == 0);
     if let Some(what) = irq.filter(|_| kind != Some(Kind::Ret)) {
@@ -428,7 +453,7 @@ pub fn write_record_with(
                 head = Some(crate::args::split_module(name).0);
             }
         }
-        Some(Kind::Args) | None => write!(w, "?? kind {}", r.kind)?,
+        Some(Kind::Args | Kind::LateArgs) | None => write!(w, "?? kind {}", r.kind)?,
     }
     write_comment(w, head, notes.get(..n).unwrap_or(&[]))?;
     w.write_char('\n')?;

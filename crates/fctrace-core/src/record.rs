@@ -24,6 +24,11 @@ pub enum Kind {
     /// call's time stamp less one, so it sorts before the call's own record (flagged
     /// [`F_ARGS`]), which is written later. Not a line of its own.
     Args = 5,
+    /// The strings of a call that could not be read when it was made (a user page not
+    /// resident yet), read again when it returned: laid out as [`Kind::Args`], with `ts`
+    /// the time stamp of the closing record it belongs to ([`Kind::Ret`] or
+    /// [`Kind::Whole`]), written just before it. Not a line of its own.
+    LateArgs = 6,
 }
 
 impl Kind {
@@ -35,6 +40,7 @@ impl Kind {
             3 => Some(Kind::Leaf),
             4 => Some(Kind::Whole),
             5 => Some(Kind::Args),
+            6 => Some(Kind::LateArgs),
             _ => None,
         }
     }
@@ -292,6 +298,7 @@ mod tests {
     fn kinds_and_reasons_decode() {
         assert_eq!(Kind::from_u8(2), Some(Kind::Ret));
         assert_eq!(Kind::from_u8(5), Some(Kind::Args));
+        assert_eq!(Kind::from_u8(6), Some(Kind::LateArgs));
         assert_eq!(Kind::from_u8(9), None);
         for v in 0..Reason::COUNT as u8 {
             assert_eq!(Reason::from_u8(v) as u8, v);

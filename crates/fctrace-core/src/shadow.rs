@@ -57,6 +57,23 @@ pub struct Frame {
     /// whose return is not probed): it returns unseen, so its close is expected, not a
     /// missed return.
     pub ends_in_leaf: bool,
+    /// A string argument that could not be read at the call (a user page not resident
+    /// yet), to be read again when the call returns: its register and value (register
+    /// [`NO_UNREAD`]: none).
+    pub unread: (u8, u64),
+}
+
+/// [`Frame::unread`]'s register when no string is left to read.
+pub const NO_UNREAD: u8 = 0xff;
+
+/// What [`Sink::args`] did for a call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArgsDone {
+    /// It wrote an argument record (the call's record carries `F_ARGS`).
+    pub written: bool,
+    /// A string argument it could not read: its register and value, read again at the
+    /// return ([`Sink::late_args`]).
+    pub unread: Option<(u8, u64)>,
 }
 
 impl Frame {
@@ -70,6 +87,7 @@ impl Frame {
         site: 0,
         flags: 0,
         ends_in_leaf: false,
+        unread: (NO_UNREAD, 0),
     };
 }
 
@@ -92,11 +110,14 @@ pub trait Sink {
     /// A "not followed" or "return not seen" reason occurred (statistics).
     fn count(&self, reason: Reason);
     /// A call of `func` at `depth`, made at `ts`, is drawn (a frame opens, or a leaf):
-    /// writes its argument record (`args` option) and says whether it did (the call's
-    /// record then carries `F_ARGS`).
-    fn args(&self, _func: u64, _depth: usize, _ts: u64) -> bool {
-        false
+    /// writes its argument record (`args` option) and says what it did.
+    fn args(&self, _func: u64, _depth: usize, _ts: u64) -> ArgsDone {
+        ArgsDone::default()
     }
+    /// The frame of `func` at `depth`, one of whose string arguments (register `reg`,
+    /// value `ptr`) could not be read at the call, returned: reads it again and writes it
+    /// as a late argument record paired with the closing record stamped `ts`.
+    fn late_args(&self, _func: u64, _depth: usize, _ts: u64, _reg: u8, _ptr: u64) {}
 }
 
 /// The frames of one call tree, innermost last, and its suppression.
@@ -226,7 +247,7 @@ impl ShadowStack {
         self.flush(sink);
         let mut r = record(Kind::Leaf, self.depth, reason, flags, func, site);
         r.ts = sink.now();
-        if func != 0 && sink.args(func, self.depth, r.ts) {
+        if func != 0 && sink.args(func, self.depth, r.ts).written {
             r.flags |= F_ARGS;
         }
         sink.emit(&mut r);
@@ -276,11 +297,12 @@ impl ShadowStack {
         } else {
             sink.enter(func, ts)
         };
-        let flags = if !thunk && sink.args(func, depth, ts) {
-            flags | F_ARGS
+        let done = if thunk {
+            ArgsDone::default()
         } else {
-            flags
+            sink.args(func, depth, ts)
         };
+        let flags = if done.written { flags | F_ARGS } else { flags };
         *slot = Frame {
             func,
             entry,
@@ -290,6 +312,7 @@ impl ShadowStack {
             site,
             flags,
             ends_in_leaf: thunk,
+            unread: done.unread.unwrap_or((NO_UNREAD, 0)),
         };
         self.depth = depth.saturating_add(1);
         true
@@ -336,6 +359,10 @@ impl ShadowStack {
                 }
             }
             self.written = depth;
+            if f.unread.0 != NO_UNREAD && r.reason == Reason::None as u8 {
+                // It returned: the kernel has read the string by now, most likely.
+                sink.late_args(f.func, depth, r.ts, f.unread.0, f.unread.1);
+            }
             sink.emit(&mut r);
             let reason = Reason::from_u8(r.reason);
             if reason != Reason::None {
@@ -460,6 +487,11 @@ mod tests {
         leaves: Cell<u32>,
         /// ORed into every record's flags, like an interrupt context.
         ctx_flags: u8,
+        /// Calls of this function have a string that could not be read (register 1).
+        unread_func: u64,
+        /// The late argument reads asked for: (func, depth, ts, reg, ptr), each also
+        /// pushed to `records` as a record of kind 0 for the order.
+        late: RefCell<Vec<(u64, usize, u64, u8, u64)>>,
     }
 
     impl Fake {
@@ -522,6 +554,16 @@ mod tests {
         }
         fn count(&self, reason: Reason) {
             self.counted.borrow_mut().push(reason);
+        }
+        fn args(&self, func: u64, _depth: usize, _ts: u64) -> ArgsDone {
+            ArgsDone {
+                written: func == self.unread_func,
+                unread: (func == self.unread_func).then_some((1, 0x5b_050f)),
+            }
+        }
+        fn late_args(&self, func: u64, depth: usize, ts: u64, reg: u8, ptr: u64) {
+            self.late.borrow_mut().push((func, depth, ts, reg, ptr));
+            self.records.borrow_mut().push(Record::ZERO);
         }
     }
 
@@ -936,6 +978,49 @@ mod tests {
         s.at(5);
         st.close_exiting(&s);
         assert_eq!(s.take()[1].dur, 0);
+    }
+
+    #[test]
+    fn a_string_unread_at_the_call_is_read_again_just_before_its_return_record() {
+        let s = Fake {
+            unread_func: 0x20,
+            ..Fake::default()
+        };
+        let mut st = ShadowStack::EMPTY;
+        s.at(100);
+        assert!(st.open(&s, 0x10, 0, 0, 0x1000, false));
+        s.at(200);
+        assert!(st.open(&s, 0x20, 0xa020, 0, 0xf00, false));
+        assert_eq!(st.frames()[1].unread, (1, 0x5b_050f));
+        assert_eq!(st.frames()[0].unread.0, NO_UNREAD);
+        // Returns before anything inside it: one whole record, stamped with the call's
+        // time, and the late read paired with it, just before it.
+        s.at(300);
+        st.close_returning(&s, 0xf00, 0xb000, 0, true);
+        assert_eq!(*s.late.borrow(), [(0x20, 1, 200, 1, 0x5b_050f)]);
+        let rs = s.take();
+        assert_eq!(rs.len(), 3, "{rs:?}");
+        assert_eq!((rs[0].kind, rs[0].func), (CALL, 0x10));
+        assert_eq!((rs[1].kind, rs[2].kind, rs[2].ts), (0, WHOLE, 200));
+        assert_ne!(rs[2].flags & F_ARGS, 0);
+        // A frame written as call and return: paired with the return, at its time.
+        s.late.borrow_mut().clear();
+        s.at(400);
+        assert!(st.open(&s, 0x20, 0xa020, 0, 0xf00, false));
+        st.flush(&s);
+        s.take();
+        s.at(500);
+        st.close_returning(&s, 0xf00, 0xb000, 0, true);
+        assert_eq!(*s.late.borrow(), [(0x20, 1, 500, 1, 0x5b_050f)]);
+        // A frame that did not return (its return not seen, the task exited) is not
+        // read again: what it points to may be gone.
+        s.late.borrow_mut().clear();
+        assert!(st.open(&s, 0x20, 0xa020, 0, 0xf00, false));
+        st.close_exiting(&s);
+        assert!(st.open(&s, 0x20, 0xa020, 0, 0xf00, false));
+        assert!(st.open(&s, 0x30, 0xa030, 0, 0xe00, false));
+        st.close_returning(&s, 0xf08, 0xb000, 0, true);
+        assert!(s.late.borrow().is_empty());
     }
 
     #[test]

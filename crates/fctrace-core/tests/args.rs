@@ -3,7 +3,9 @@
 //! The `args` option's formatting on the distro kernel's real BTF (the fixture of
 //! `tests/btf.rs`): what a reader writes for calls and returns of real functions.
 
-use fctrace_core::args::{self, ArgArea, ValueOpts, SPEC_KNOWN, STR_CUT, STR_UNREADABLE};
+use fctrace_core::args::{
+    self, ArgArea, ValueOpts, SPEC_KNOWN, STR_CUT, STR_UNREADABLE, STR_WHOLE,
+};
 use fctrace_core::btf::{Btf, Class, Raw};
 use std::io::Read;
 
@@ -155,6 +157,36 @@ fn strings_cut_and_unreadable() {
         // A NULL string pointer is a pointer.
         let a = area(&[0, 0, 0]);
         assert!(call(btf, "do_sys_openat2", &a, RAW).contains("filename=0x0"));
+    });
+}
+
+#[test]
+fn strings_read_at_the_return() {
+    with_vmlinux(|btf| {
+        // The first openat() of a freshly executed program: its path, a literal in a
+        // page of the binary not faulted in yet, unreadable at the call.
+        let early = with_string(area(&[0xffff_ff9c, 0x5b_050f, 0]), 1, b"", STR_UNREADABLE);
+        let late = with_string(ArgArea::EMPTY, 1, b"/etc/passwd", STR_WHOLE);
+        // A call drawn as one line (nothing recorded inside it): the string in its place.
+        let s = call(btf, "do_sys_openat2", &early.with_late(&late), RAW);
+        assert!(
+            s.starts_with(
+                "do_sys_openat2(dfd=-100, filename=\"/etc/passwd\" (read at return), how="
+            ),
+            "{s}"
+        );
+        // A call drawn as call and return: on the closing line, by its name.
+        let f = btf.find_func("do_sys_openat2").unwrap();
+        let mut out = String::new();
+        args::write_late(&mut out, btf, &f, &late).unwrap();
+        assert_eq!(out, "filename=\"/etc/passwd\" (read at return)");
+        // Still unreadable at the return: nothing to add.
+        let none = with_string(ArgArea::EMPTY, 1, b"", STR_UNREADABLE);
+        let mut out = String::new();
+        args::write_late(&mut out, btf, &f, &none).unwrap();
+        assert_eq!(out, "");
+        let s = call(btf, "do_sys_openat2", &early.with_late(&none), RAW);
+        assert!(s.contains("filename=0x5b050f (unreadable)"), "{s}");
     });
 }
 

@@ -56,6 +56,9 @@ fn number(text: &str) -> Option<u64> {
 /// The content of a quoted string argument as printed (`"a\x7cb"...`): its bytes, and
 /// whether it was cut. `None` if `value` is not a string.
 pub fn unquote(value: &str) -> Option<(Vec<u8>, bool)> {
+    let value = value
+        .strip_suffix(crate::parse::READ_AT_RETURN)
+        .unwrap_or(value);
     let rest = value.strip_prefix('"')?;
     let (body, cut) = if let Some(b) = rest.strip_suffix("\"...") {
         (b, true)
@@ -162,6 +165,20 @@ pub fn find(trace: &Trace, needle: &Needle) -> Vec<Hit> {
                 places.push(Place {
                     name,
                     value,
+                    offset,
+                });
+            }
+        }
+        // Strings read at the return (`args`): the call's, where it could not read them.
+        let late = n.close_notes.iter().flat_map(|c| c.read_at_return.iter());
+        for (name, value) in late {
+            if places.iter().any(|p| &p.name == name) {
+                continue;
+            }
+            if let Some(offset) = carries(value, needle) {
+                places.push(Place {
+                    name: name.clone(),
+                    value: format!("{}{}", value, crate::parse::READ_AT_RETURN),
                     offset,
                 });
             }
@@ -280,6 +297,33 @@ mod tests {
         let long = Needle::parse("/tmp/fct/a-very-long-name", 0);
         assert_eq!(carries("\"/tmp/fct/a-ve\"...", &long), Some(None));
         assert_eq!(carries("\"/tmp/fct/a-ve\"", &long), None);
+    }
+
+    #[test]
+    fn strings_read_at_the_return_are_followed() {
+        let t = "\
+ 0)             t-7 |                 |  a(dfd=-100, filename=0x5b050f (unreadable)) {
+ 0)             t-7 |        1.000 us  |    b(name=\"/etc/x\" (read at return)); /* ret=0 */
+ 0)             t-7 |        9.000 us  |  } /* a ret=3, filename=\"/etc/x\" (read at return) */
+";
+        let (tr, _) = load_str(t, LoadOptions::default()).unwrap();
+        let hits = find(&tr, &Needle::parse("/etc/x", 0));
+        let got: Vec<(String, String)> = hits
+            .iter()
+            .map(|h| (h.path.join(">"), h.places[0].value.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a".into(), "\"/etc/x\" (read at return)".into()),
+                ("a>b".into(), "\"/etc/x\" (read at return)".into())
+            ]
+        );
+        assert_eq!(hits[0].places[0].name, "filename");
+        // The pointer itself is followed too.
+        let hits = find(&tr, &Needle::parse("0x5b050f", 0));
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].places.len(), 1);
     }
 
     #[test]

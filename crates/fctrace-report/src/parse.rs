@@ -104,6 +104,11 @@ pub struct Notes {
     /// `ERROR`: the return value is a negative errno (`errors` option).
     #[serde(skip_serializing_if = "is_false")]
     pub error: bool,
+    /// `name="..." (read at return)` (closing lines, `args`): the call's strings that
+    /// could not be read when it was made, read when it returned: name and value as
+    /// printed, without the mark.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub read_at_return: Vec<(String, String)>,
     /// Notes this parser does not know, kept as they are.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub other: Vec<String>,
@@ -603,16 +608,20 @@ fn parse_notes(text: &str) -> Notes {
     let mut rest = text.trim();
     while !rest.is_empty() {
         if let Some(v) = rest.strip_prefix("ret=") {
-            // The value is the last note but for `ERROR` (`errors` option).
-            let v = v.trim();
-            let v = match v.strip_suffix(", ERROR") {
-                Some(val) => {
-                    notes.error = true;
-                    val
-                }
-                None => v,
-            };
-            notes.ret = Some(v.to_string());
+            // The value comes after the other notes; `ERROR` (`errors` option) and the
+            // strings read at the return follow it.
+            let mut parts = split_top_level(v).into_iter();
+            notes.ret = parts.next().map(str::to_string);
+            for p in parts {
+                late_or_other(&mut notes, p);
+            }
+            break;
+        }
+        if read_at_return(rest).is_some() {
+            // Strings read at the return with no value before them (a `void` function).
+            for p in split_top_level(rest) {
+                late_or_other(&mut notes, p);
+            }
             break;
         }
         let (note, r) = match rest.split_once(',') {
@@ -638,6 +647,28 @@ fn parse_notes(text: &str) -> Notes {
         }
     }
     notes
+}
+
+/// `name="..." (read at return)`: the name and the value without the mark.
+fn read_at_return(note: &str) -> Option<(&str, &str)> {
+    let first = split_top_level(note).into_iter().next()?;
+    let (name, value) = first.split_once('=')?;
+    let value = value.strip_suffix(READ_AT_RETURN)?;
+    (!name.contains(char::is_whitespace) && value.starts_with('"')).then_some((name, value))
+}
+
+/// The mark of a string read at the call's return.
+pub const READ_AT_RETURN: &str = " (read at return)";
+
+/// A note after `ret=`: `ERROR`, a string read at the return, or one not known.
+fn late_or_other(notes: &mut Notes, p: &str) {
+    if p == "ERROR" {
+        notes.error = true;
+    } else if let Some((n, v)) = read_at_return(p) {
+        notes.read_at_return.push((n.to_string(), v.to_string()));
+    } else if !p.is_empty() {
+        notes.other.push(p.to_string());
+    }
 }
 
 /// What parsing a whole input gave.
@@ -766,6 +797,32 @@ mod tests {
                 }
             }
         );
+        // A string read at the return (`args`), after the value and `ERROR`; one with a
+        // comma and the mark's own words inside it.
+        let t = task(concat!(
+            " 0)         fct_ops-81 |   174.905 us  |  } /* do_sys_openat2 ret=-2 (ENOENT), ",
+            "ERROR, filename=\"/tmp/a, b (read at return)\" (read at return) */"
+        ));
+        let Body::Close { notes, .. } = t.body else {
+            panic!()
+        };
+        assert_eq!(notes.ret.as_deref(), Some("-2 (ENOENT)"));
+        assert!(notes.error);
+        assert_eq!(
+            notes.read_at_return,
+            [(
+                "filename".to_string(),
+                "\"/tmp/a, b (read at return)\"".to_string()
+            )]
+        );
+        assert!(notes.other.is_empty());
+        // A void function's: no value before it.
+        let t = task(" 0)  t-7 |   1.000 us  |  } /* f name=\"x\" (read at return) */");
+        let Body::Close { notes, .. } = t.body else {
+            panic!()
+        };
+        assert_eq!(notes.ret, None);
+        assert_eq!(notes.read_at_return.len(), 1);
         let t = task(" 1)         fct_cat-69 | !    139.810 us  |          }");
         assert_eq!(t.depth, 4);
         assert_eq!(t.duration_ns, Some(139_810));
