@@ -502,7 +502,7 @@ pub(crate) extern "C" fn fctrace_return_handler(sp: u64, rax: u64) -> u64 {
 #[no_mangle]
 pub(crate) extern "C" fn fctrace_task_exit(task: u64, tgid: u32, group_dead: bool) {
     // A step of ours the task never finished (it cannot step any more).
-    super::step::stepping_end(super::tree::current_ids().0);
+    super::step::stepping_end_all(super::tree::current_ids().0);
     if let Some(tr) = tracer() {
         tr.returns.forget(task);
         tr.task_exited(tgid, group_dead);

@@ -85,21 +85,21 @@ const RESUME_STEPS: u8 = 24;
 /// single-step trap of such a thread that its step state does not claim (tracing
 /// stopped while it stepped, and the state went with the trace) is fctrace's, and
 /// ended; any other is left to its owner (a debugger, a test's notifier) or the kernel.
-/// One place per thread that can be inside a trace.
+/// One place per step: a thread's own, and one for each interrupt that steps while the
+/// thread is current (`irqs`), so that an interrupt's step ending does not end the mark
+/// of the step it interrupted.
 static STEPPING: [AtomicU32; MAX_TASKS] = [const { AtomicU32::new(0) }; MAX_TASKS];
 
-/// Marks thread `pid` as stepped by fctrace; false if every place is taken (then it
-/// does not step).
+/// Marks a step of thread `pid` by fctrace; false if every place is taken (then it does
+/// not step).
 fn stepping_add(pid: u32) -> bool {
-    STEPPING.iter().any(|s| s.load(Ordering::Relaxed) == pid)
-        || STEPPING.iter().any(|s| {
-            s.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        })
+    STEPPING.iter().any(|s| {
+        s.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })
 }
 
-/// Its step is over: whether thread `pid` was marked. (Run at every task's exit: plain
-/// loads first.)
+/// A step of thread `pid` is over: whether it was marked.
 pub(crate) fn stepping_end(pid: u32) -> bool {
     pid != 0
         && STEPPING.iter().any(|s| {
@@ -107,6 +107,19 @@ pub(crate) fn stepping_end(pid: u32) -> bool {
                 && s.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
         })
+}
+
+/// Thread `pid` exits: none of its steps can go on. (Run at every task's exit: plain
+/// loads first.)
+pub(crate) fn stepping_end_all(pid: u32) {
+    if pid == 0 {
+        return;
+    }
+    for s in &STEPPING {
+        if s.load(Ordering::Relaxed) == pid {
+            let _ = s.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The registers and memory a pre-site program runs on: the probe's saved registers.
@@ -291,11 +304,10 @@ impl Tracer {
         regs: &mut sys::PtRegs,
         via: u32,
     ) -> c_int {
-        // A step left over (its trap never came): it is over.
+        // A step left over (its trap never came): it is over, and its mark is this one's.
         if d.step.is_some() {
             self.stats.single_steps_lost.fetch_add(1, Ordering::Relaxed);
-        }
-        if !stepping_add(current_ids().0) {
+        } else if !stepping_add(current_ids().0) {
             d.step = None;
             self.stats.single_steps_lost.fetch_add(1, Ordering::Relaxed);
             return 0;
