@@ -54,6 +54,9 @@ mod fentry;
 #[path = "../crates/fctrace-core/src/format.rs"]
 mod format;
 #[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-core/src/going.rs"]
+mod going;
+#[allow(dead_code, unreachable_pub)]
 #[path = "../crates/fctrace-core/src/parse.rs"]
 mod parse;
 #[allow(dead_code, unreachable_pub)]

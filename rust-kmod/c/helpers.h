@@ -182,11 +182,13 @@ int fctrace_exit_hook_register(void);
 void fctrace_exit_hook_unregister(void);
 /*
  * The module notifier calls fctrace_module_text_gone(start, end) (Rust) when a module's
- * text [start, end) goes away, in process context (it may sleep).
+ * text [start, end) goes away, in process context (it may sleep), and
+ * fctrace_module_text_coming() for the text of a module that comes.
  */
 int fctrace_module_hook_register(void);
 void fctrace_module_hook_unregister(void);
 void fctrace_module_text_gone(unsigned long start, unsigned long end);
+void fctrace_module_text_coming(unsigned long start, unsigned long end);
 /* Sleeps ms milliseconds in TASK_IDLE (no hung-task report, no signal wakes it). */
 void fctrace_sleep_idle(unsigned int ms);
 /*

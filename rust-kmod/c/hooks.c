@@ -108,12 +108,23 @@ void fctrace_cpu_down_unregister(void)
  * A module's text goes away: all of it when the module goes (after its exit function,
  * before ftrace forgets its sites and its memory is freed), its init text once it is
  * live (freed after an RCU grace period). fctrace_module_text_gone() (Rust) sleeps.
+ * A module that comes is reported too: text that went away may be loaded over.
  */
 static int fctrace_module_notify(struct notifier_block *nb, unsigned long state, void *data)
 {
 	struct module *mod = data;
 	struct module_memory *m;
 
+	if (state == MODULE_STATE_COMING) {
+		/* Loaded over text that went away: live code again. */
+		m = &mod->mem[MOD_TEXT];
+		fctrace_module_text_coming((unsigned long)m->base,
+					   (unsigned long)m->base + m->size);
+		m = &mod->mem[MOD_INIT_TEXT];
+		fctrace_module_text_coming((unsigned long)m->base,
+					   (unsigned long)m->base + m->size);
+		return NOTIFY_DONE;
+	}
 	/* A module whose init failed goes with its init text too. */
 	if (state != MODULE_STATE_GOING && state != MODULE_STATE_LIVE)
 		return NOTIFY_DONE;

@@ -158,6 +158,9 @@ impl Tracer {
             }
             return h.is_registered();
         }
+        if self.going.contains(callee) {
+            return false;
+        }
         let size = match sym.lookup(callee) {
             // Not `__schedule()` nor a preemption thunk: every context switch of every
             // task would run the probe (the scheduler is followed through its callers'

@@ -141,7 +141,17 @@ pub(crate) extern "C" fn fctrace_flush_this_cpu() {
     }
 }
 
-/// Called by the module notifier (hooks.c) when module text [`start`, `end`) goes away.
+/// A module comes with text [`start`, `end`) (the module notifier, c/hooks.c): text that
+/// went away there is live again. Process context.
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_module_text_coming(start: u64, end: u64) {
+    if let Some(tr) = tracer() {
+        tr.going.coming(start, end);
+    }
+}
+
+/// Module text [`start`, `end`) goes away (the module notifier, c/hooks.c): see
+/// [`Tracer::module_text_gone`]. Process context; sleeps.
 #[no_mangle]
 pub(crate) extern "C" fn fctrace_module_text_gone(start: u64, end: u64) {
     if let Some(tr) = tracer() {
@@ -305,6 +315,10 @@ pub(crate) struct Tracer {
     /// What reads of the settings under `inner` show (see [`Shown`]).
     #[pin]
     pub(crate) shown: Mutex<Shown>,
+    /// Threads holding `inner` or waiting for it (see [`Tracer::module_text_gone`]).
+    lockers: AtomicU32,
+    /// Module text going away, never armed (see `going.rs`).
+    pub(crate) going: crate::going::GoingText,
     pub(crate) buf: Buffer,
     /// Where `trace_pipe` readers are in the buffer.
     #[pin]
@@ -370,6 +384,7 @@ pub(crate) struct Guard<'a> {
     guard: core::mem::ManuallyDrop<lock::Guard<'a, TracerInner, lock::mutex::MutexBackend>>,
     nofs: core::mem::ManuallyDrop<sys::NoFs>,
     stats: &'a Stats,
+    lockers: &'a AtomicU32,
 }
 
 impl core::ops::Deref for Guard<'_> {
@@ -432,17 +447,22 @@ impl Drop for Guard<'_> {
         // SAFETY: `nofs` is dropped exactly once, here, after the mutex is released, and
         // not used afterwards.
         unsafe { core::mem::ManuallyDrop::drop(&mut self.nofs) };
+        self.lockers.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl Tracer {
     /// Takes the mutex (see [`Guard`]).
     pub(crate) fn lock(&self) -> Guard<'_> {
+        // Counted before the mutex is taken, with a full barrier: a module going away
+        // either sees this holder or is seen by what it arms (`module_text_gone`).
+        self.lockers.fetch_add(1, Ordering::SeqCst);
         let nofs = core::mem::ManuallyDrop::new(sys::NoFs::new());
         Guard {
             guard: core::mem::ManuallyDrop::new(self.inner.lock()),
             nofs,
             stats: &self.stats,
+            lockers: &self.lockers,
         }
     }
 
@@ -656,18 +676,27 @@ impl Tracer {
     /// its ftrace filter entries and its table entries would outlive the code and meet
     /// whatever is loaded there next. Everything is armed again from scratch, as after a
     /// change of `start_function`; if the start function itself is going, tracing stops.
+    ///
+    /// From now on arming leaves the range alone (`going`), and nothing queued there is
+    /// armed ahead. A pass of arming that may have read the range as live before (one
+    /// holding the mutex or waiting for it) is waited for: what it armed there is then
+    /// in the tables. One that takes the mutex after `lockers` was read here finds the
+    /// range in `going` (the full barriers of both sides order them).
     pub(crate) fn module_text_gone(&self, start: u64, end: u64) {
-        // Without the tracer's mutex first (both tables are read lock-free, the start
-        // function from what reads show): a module that comes or goes waits for no arming
-        // pass unless fctrace has something of it.
         let inside = |a: u64| (start..end).contains(&a);
+        self.going.add(start, end);
         self.drop_queued_in(start, end);
+        core::sync::atomic::fence(Ordering::SeqCst);
+        let busy = self.lockers.load(Ordering::SeqCst) != 0;
         let armed = || {
             let mut armed = self.hooks.any_in(start, end);
             self.table.for_each(|_, f| armed |= inside(f));
             self.active.load(Ordering::Acquire) && armed
         };
-        if !armed() && !self.shown.lock().start.is_some_and(inside) {
+        // Without the tracer's mutex first (both tables are read lock-free, the start
+        // function from what reads show): a module that comes or goes waits for no arming
+        // pass unless fctrace has something of it or one runs.
+        if !busy && !armed() && !self.shown.lock().start.is_some_and(inside) {
             return;
         }
         let mut inner = self.lock();
@@ -791,6 +820,8 @@ impl TracerHandle {
                 returns,
                 stats: Stats::default(),
                 btf: BtfSlot::new(),
+                lockers: AtomicU32::new(0),
+                going: crate::going::GoingText::new(),
             }),
             GFP_KERNEL,
         )?;

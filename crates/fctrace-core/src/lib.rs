@@ -12,6 +12,7 @@ pub mod batch;
 pub mod btf;
 pub mod errno;
 pub mod format;
+pub mod going;
 pub mod parse;
 pub mod recent;
 pub mod record;

@@ -173,7 +173,7 @@ impl Tracer {
             FilterVerdict::Leaf => return Err(Reason::Filtered),
             FilterVerdict::Follow => {}
         }
-        if never_probed(inner, target, info.name.as_bytes()) {
+        if never_probed(inner, target, info.name.as_bytes()) || self.going.contains(target) {
             return Err(Reason::Unprobeable);
         }
         let size = info.size;
@@ -340,9 +340,10 @@ impl Tracer {
                 }
                 continue;
             }
-            let eligible = sym
-                .lookup(c)
-                .is_some_and(|i| i.offset == 0 && !never_probed(inner, c, i.name.as_bytes()));
+            let eligible = !self.going.contains(c)
+                && sym
+                    .lookup(c)
+                    .is_some_and(|i| i.offset == 0 && !never_probed(inner, c, i.name.as_bytes()));
             let site = if eligible { ftrace_site(c, sym) } else { None };
             let Some(ip) = site else {
                 // No ftrace site: an entry probe where kprobes can optimize one (see
