@@ -6,6 +6,7 @@
 use crate::kprobe::{self, Probe};
 use crate::parse::{self, SymbolInfo};
 use crate::sys;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use kernel::prelude::*;
 
 pub(crate) use crate::sys::KSYM_SYMBOL_LEN;
@@ -36,14 +37,67 @@ impl SymBuf {
 /// Looks up a function by name through kprobes: `(start address, probeable)`;
 /// `ENOENT` if there is no such symbol.
 pub(crate) fn resolve(name: &CStr) -> Result<(u64, bool)> {
+    let mut buf = SymBuf::new()?;
+    if let Some(hit) = RESOLVED.get(name, &mut buf) {
+        return Ok(hit);
+    }
     let (addr, ok) = kprobe::lookup(name);
     if addr == 0 {
         return Err(ENOENT);
     }
     // The kernel moves a function-entry probe past `endbr64`; report the symbol start.
-    let mut buf = SymBuf::new()?;
     let info = buf.lookup(addr).ok_or(ENOENT)?;
-    Ok((addr - info.offset, ok))
+    let start = addr - info.offset;
+    if info.module.is_none() {
+        RESOLVED.put(start, ok);
+    }
+    Ok((start, ok))
+}
+
+/// Places in [`RESOLVED`].
+const RESOLVED_PLACES: usize = 64;
+
+/// Kernel image symbols [`resolve`] found. A lookup through kprobes registers and
+/// unregisters a probe, an RCU grace period or more each, and each start of tracing looks
+/// up about twenty names (tens of seconds under emulation while another CPU-bound guest
+/// runs); an image symbol never moves. A place holds an address, its bit 0 the
+/// probeable bit (symbols start at even addresses); a hit is checked against the name
+/// kallsyms gives the address, so a place is only ever a hint.
+struct Resolved {
+    places: [AtomicU64; RESOLVED_PLACES],
+    next: AtomicUsize,
+}
+
+static RESOLVED: Resolved = Resolved {
+    places: [const { AtomicU64::new(0) }; RESOLVED_PLACES],
+    next: AtomicUsize::new(0),
+};
+
+impl Resolved {
+    fn get(&self, name: &CStr, buf: &mut SymBuf) -> Option<(u64, bool)> {
+        let want = name.to_str().ok()?;
+        self.places.iter().find_map(|p| {
+            let v = p.load(Ordering::Relaxed);
+            let addr = v & !1;
+            let info = (v != 0).then(|| buf.lookup(addr)).flatten()?;
+            (info.name == want && info.offset == 0 && info.module.is_none())
+                .then_some((addr, v & 1 != 0))
+        })
+    }
+
+    fn put(&self, addr: u64, ok: bool) {
+        if addr & 1 != 0 {
+            return;
+        }
+        let v = addr | u64::from(ok);
+        if self.places.iter().any(|p| p.load(Ordering::Relaxed) == v) {
+            return;
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % RESOLVED_PLACES;
+        if let Some(p) = self.places.get(i) {
+            p.store(v, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The start address of `name`, 0 if there is none.
