@@ -48,8 +48,9 @@ pub(crate) fn resolve(name: &CStr) -> Result<(u64, bool)> {
     // The kernel moves a function-entry probe past `endbr64`; report the symbol start.
     let info = buf.lookup(addr).ok_or(ENOENT)?;
     let start = addr - info.offset;
-    if info.module.is_none() {
-        RESOLVED.put(start, ok);
+    // (A probe refused now may be taken later: only what was taken is kept.)
+    if info.module.is_none() && ok {
+        RESOLVED.put(name, start);
     }
     Ok((start, ok))
 }
@@ -60,42 +61,60 @@ const RESOLVED_PLACES: usize = 64;
 /// Kernel image symbols [`resolve`] found. A lookup through kprobes registers and
 /// unregisters a probe, an RCU grace period or more each, and each start of tracing looks
 /// up about twenty names (tens of seconds under emulation while another CPU-bound guest
-/// runs); an image symbol never moves. A place holds an address, its bit 0 the
-/// probeable bit (symbols start at even addresses); a hit is checked against the name
-/// kallsyms gives the address, so a place is only ever a hint.
+/// runs); an image symbol never moves. Only symbols a probe could be put on are kept
+/// (a data symbol, `sys_call_table`, is looked up each time). A place holds a hash of
+/// the name asked for and the address; a hit is checked against the name kallsyms gives
+/// the address too, so a place is only ever a hint.
 struct Resolved {
-    places: [AtomicU64; RESOLVED_PLACES],
+    places: [[AtomicU64; 2]; RESOLVED_PLACES],
     next: AtomicUsize,
 }
 
 static RESOLVED: Resolved = Resolved {
-    places: [const { AtomicU64::new(0) }; RESOLVED_PLACES],
+    places: [const { [AtomicU64::new(0), AtomicU64::new(0)] }; RESOLVED_PLACES],
     next: AtomicUsize::new(0),
 };
+
+/// FNV-1a of `name`'s bytes (0 is never a name's).
+fn name_hash(name: &CStr) -> u64 {
+    // (`to_str()`: the one way to its bytes on both kernel series.)
+    let bytes = name.to_str().map(str::as_bytes).unwrap_or(&[]);
+    let h = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    h.max(1)
+}
 
 impl Resolved {
     fn get(&self, name: &CStr, buf: &mut SymBuf) -> Option<(u64, bool)> {
         let want = name.to_str().ok()?;
-        self.places.iter().find_map(|p| {
-            let v = p.load(Ordering::Relaxed);
-            let addr = v & !1;
-            let info = (v != 0).then(|| buf.lookup(addr)).flatten()?;
-            (info.name == want && info.offset == 0 && info.module.is_none())
-                .then_some((addr, v & 1 != 0))
+        let hash = name_hash(name);
+        self.places.iter().find_map(|[h, a]| {
+            if h.load(Ordering::Acquire) != hash {
+                return None;
+            }
+            let addr = a.load(Ordering::Acquire);
+            let info = (addr != 0).then(|| buf.lookup(addr)).flatten()?;
+            (info.name == want && info.offset == 0 && info.module.is_none()).then_some((addr, true))
         })
     }
 
-    fn put(&self, addr: u64, ok: bool) {
-        if addr & 1 != 0 {
-            return;
-        }
-        let v = addr | u64::from(ok);
-        if self.places.iter().any(|p| p.load(Ordering::Relaxed) == v) {
+    fn put(&self, name: &CStr, addr: u64) {
+        let hash = name_hash(name);
+        if self
+            .places
+            .iter()
+            .any(|[h, a]| h.load(Ordering::Acquire) == hash && a.load(Ordering::Acquire) == addr)
+        {
             return;
         }
         let i = self.next.fetch_add(1, Ordering::Relaxed) % RESOLVED_PLACES;
-        if let Some(p) = self.places.get(i) {
-            p.store(v, Ordering::Relaxed);
+        if let Some([h, a]) = self.places.get(i) {
+            // A reader between the stores finds a hash with another address: checked
+            // against kallsyms, it is a miss or the right one.
+            h.store(0, Ordering::Release);
+            a.store(addr, Ordering::Release);
+            h.store(hash, Ordering::Release);
         }
     }
 }

@@ -141,12 +141,12 @@ pub(crate) extern "C" fn fctrace_flush_this_cpu() {
     }
 }
 
-/// A module comes with text [`start`, `end`) (the module notifier, c/hooks.c): text that
-/// went away there is live again. Process context.
+/// A module comes with text [`start`, `end`) (the module notifier, c/hooks.c): see
+/// [`Tracer::module_text_coming`]. Process context; sleeps.
 #[no_mangle]
 pub(crate) extern "C" fn fctrace_module_text_coming(start: u64, end: u64) {
     if let Some(tr) = tracer() {
-        tr.going.coming(start, end);
+        tr.module_text_coming(start, end);
     }
 }
 
@@ -683,8 +683,23 @@ impl Tracer {
     /// in the tables. One that takes the mutex after `lockers` was read here finds the
     /// range in `going` (the full barriers of both sides order them).
     pub(crate) fn module_text_gone(&self, start: u64, end: u64) {
-        let inside = |a: u64| (start..end).contains(&a);
         self.going.add(start, end);
+        self.forget_text(start, end, true);
+    }
+
+    /// A module comes with text [`start`, `end`) (the module notifier, process context):
+    /// text that went away there is live code again. Whatever the tables still hold for
+    /// the old text there (a function refused while it was going) goes, as in
+    /// [`Tracer::module_text_gone`].
+    pub(crate) fn module_text_coming(&self, start: u64, end: u64) {
+        self.going.coming(start, end);
+        self.forget_text(start, end, false);
+    }
+
+    /// What [`Tracer::module_text_gone`] (`going`) and [`Tracer::module_text_coming`] do
+    /// once `going` is up to date.
+    fn forget_text(&self, start: u64, end: u64, going: bool) {
+        let inside = |a: u64| (start..end).contains(&a);
         self.drop_queued_in(start, end);
         core::sync::atomic::fence(Ordering::SeqCst);
         let busy = self.lockers.load(Ordering::SeqCst) != 0;
@@ -696,13 +711,14 @@ impl Tracer {
         // Without the tracer's mutex first (both tables are read lock-free, the start
         // function from what reads show): a module that comes or goes waits for no arming
         // pass unless fctrace has something of it or one runs.
-        if !busy && !armed() && !self.shown.lock().start.is_some_and(inside) {
+        let start_inside = going && self.shown.lock().start.is_some_and(inside);
+        if !busy && !armed() && !start_inside {
             return;
         }
         let mut inner = self.lock();
         // The start function's address would soon hold other code: it goes, with tracing,
         // whether tracing is on now or not.
-        let start_gone = inner.start.is_some_and(inside);
+        let start_gone = going && inner.start.is_some_and(inside);
         let active = self.active.load(Ordering::Acquire);
         if !start_gone && !armed() {
             return;

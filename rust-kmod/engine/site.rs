@@ -117,6 +117,9 @@ pub(crate) struct Step {
     pub(crate) site: SiteData,
     /// Steps left before giving up.
     pub(crate) left: u8,
+    /// The thread whose stepping mark this step holds (`step.rs`; 0: none yet, a step
+    /// that goes on from the arming trampoline takes one as the task leaves it).
+    pub(crate) marked: u32,
 }
 
 /// An indirect call or jump the traced task is about to make, whose target a pre-site

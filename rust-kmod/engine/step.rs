@@ -109,6 +109,13 @@ pub(crate) fn stepping_end(pid: u32) -> bool {
         })
 }
 
+/// Ends the step of `d`, if any, and the mark it holds.
+fn end_step(d: &mut TaskData) {
+    if let Some(s) = d.step.take() {
+        stepping_end(s.marked);
+    }
+}
+
 /// Thread `pid` exits: none of its steps can go on. (Run at every task's exit: plain
 /// loads first.)
 pub(crate) fn stepping_end_all(pid: u32) {
@@ -304,17 +311,20 @@ impl Tracer {
         regs: &mut sys::PtRegs,
         via: u32,
     ) -> c_int {
-        // A step left over (its trap never came): it is over, and its mark is this one's.
+        // A step left over (its trap never came): it is over.
         if d.step.is_some() {
+            end_step(d);
             self.stats.single_steps_lost.fetch_add(1, Ordering::Relaxed);
-        } else if !stepping_add(current_ids().0) {
-            d.step = None;
+        }
+        let pid = current_ids().0;
+        if !stepping_add(pid) {
             self.stats.single_steps_lost.fetch_add(1, Ordering::Relaxed);
             return 0;
         }
         d.step = Some(Step {
             site: *site,
             left: presite::MAX_STEPS,
+            marked: pid,
         });
         self.stats.single_steps.fetch_add(1, Ordering::Relaxed);
         if via == 0 {
@@ -389,18 +399,16 @@ impl Tracer {
                     step.left -= 1;
                     return true;
                 }
-                d.step = None;
+                end_step(&mut d);
                 regs.flags &= !(X86_EFLAGS_TF as c_ulong);
-                stepping_end(current_ids().0);
                 self.stats.single_steps_lost.fetch_add(1, Ordering::Relaxed);
                 return true;
             }
             let site = step.site;
-            d.step = None;
+            end_step(&mut d);
             site
         };
         regs.flags &= !(X86_EFLAGS_TF as c_ulong);
-        stepping_end(current_ids().0);
         self.on_site(&site, regs, sys::VIA_DIE);
         // Sent to the arming trampoline, which returns to the site: step again from
         // there (see `resume_after_wait`).
@@ -410,6 +418,7 @@ impl Tracer {
                 d.step = Some(Step {
                     site,
                     left: RESUME_STEPS,
+                    marked: 0,
                 });
             }
         }
@@ -423,12 +432,20 @@ impl Tracer {
     /// trap never came) would have the task step through whatever code `to` begins.
     pub(super) fn resume_after_wait(&self, d: &mut TaskData, to: Option<u64>) -> bool {
         let resume = to.is_some_and(|to| d.step.is_some_and(|s| s.site.addr == to))
-            && self.active.load(Ordering::Acquire)
-            && stepping_add(current_ids().0);
-        if !resume {
-            d.step = None;
+            && self.active.load(Ordering::Acquire);
+        let marked = match d.step.as_mut() {
+            Some(s) if resume && s.marked == 0 => {
+                let pid = current_ids().0;
+                s.marked = if stepping_add(pid) { pid } else { 0 };
+                s.marked != 0
+            }
+            Some(_) => resume,
+            None => false,
+        };
+        if !marked {
+            end_step(d);
         }
-        resume
+        marked
     }
 }
 

@@ -411,6 +411,10 @@ impl Tracer {
             d.gen = gen;
             d.stack.reset();
             d.wait.reset();
+            // A step of an earlier session: its trap, if it comes, is an orphan's
+            // (`step::on_debug`), which ends its mark.
+            d.step = None;
+            d.expect = None;
         }
         Some(TreeRef { data: d, busy })
     }

@@ -7,9 +7,10 @@
 //! next. The kernel's own test for it (`__module_text_address()` and the module's state)
 //! is not exported to modules, so fctrace keeps the ranges from its module notifier.
 //!
-//! The notifiers of one module change run one at a time (under the kernel's module
-//! mutex), so there is one writer; readers (arming, under fctrace's mutex) are lock-free.
-//! A few ranges are kept, the oldest replaced first: by the time a range is replaced the
+//! The notifiers of different modules may run at once (the chain is only read-locked),
+//! so writers and readers are lock-free: a slot is freed only if it still holds what was
+//! read ([`GoingText::coming`]), and a reader retries a slot changed under it. A few
+//! ranges are kept, the oldest replaced first: by the time a range is replaced the
 //! module it belonged to is long freed, and arming no longer races with its unload.
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -39,7 +40,7 @@ impl GoingText {
         }
     }
 
-    /// Text [`start`, `end`) goes away (the single writer: the module notifier).
+    /// Text [`start`, `end`) goes away.
     pub fn add(&self, start: u64, end: u64) {
         if start >= end {
             return;
@@ -57,7 +58,8 @@ impl GoingText {
         for [s, e] in &self.ranges {
             let (rs, re) = (s.load(Ordering::SeqCst), e.load(Ordering::SeqCst));
             if re != 0 && rs < end && start < re {
-                e.store(0, Ordering::SeqCst);
+                // Not if another writer took the slot meanwhile.
+                let _ = e.compare_exchange(re, 0, Ordering::SeqCst, Ordering::SeqCst);
             }
         }
     }
@@ -65,9 +67,17 @@ impl GoingText {
     /// Whether `addr` is in text going away.
     pub fn contains(&self, addr: u64) -> bool {
         self.ranges.iter().any(|[s, e]| {
-            let end = e.load(Ordering::SeqCst);
-            let start = s.load(Ordering::SeqCst);
-            end != 0 && (start..end).contains(&addr)
+            // A slot rewritten between the loads is read again (a writer frees it
+            // first, so a stable `end` brackets a matching `start`); after a few tries it
+            // counts as going: arming leaves that function for later.
+            for _ in 0..4 {
+                let end = e.load(Ordering::SeqCst);
+                let start = s.load(Ordering::SeqCst);
+                if e.load(Ordering::SeqCst) == end {
+                    return end != 0 && (start..end).contains(&addr);
+                }
+            }
+            true
         })
     }
 }
