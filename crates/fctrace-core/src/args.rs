@@ -529,6 +529,16 @@ fn typedef_name<'a>(btf: &Btf<'a>, mut id: u32) -> Option<&'a str> {
     None
 }
 
+/// Writes `name=` for the `n`th parameter written (`, ` before all but the first; `?`
+/// for a parameter without a name) and counts it.
+fn write_param_name(w: &mut impl Write, n: &mut usize, name: &str) -> fmt::Result {
+    if *n > 0 {
+        w.write_str(", ")?;
+    }
+    *n += 1;
+    write!(w, "{}=", if name.is_empty() { "?" } else { name })
+}
+
 /// Writes `(name=value, ...)` for a call of `f` (a BTF `Func`) with arguments `a`.
 pub fn write_args(
     w: &mut impl Write,
@@ -546,11 +556,7 @@ pub fn write_args(
             return;
         }
         res = (|| {
-            if n > 0 {
-                w.write_str(", ")?;
-            }
-            n += 1;
-            write!(w, "{}=", if name.is_empty() { "?" } else { name })?;
+            write_param_name(w, &mut n, name)?;
             let id = proto
                 .and_then(|pr| pr.params().nth(i))
                 .map_or(0, |p| p.type_id);
@@ -596,14 +602,8 @@ pub fn write_late(w: &mut impl Write, btf: &Btf<'_>, f: &Type<'_>, late: &ArgAre
         if res.is_err() || state & 3 == STR_UNREADABLE {
             return;
         }
-        res = (|| {
-            if n > 0 {
-                w.write_str(", ")?;
-            }
-            n += 1;
-            write!(w, "{}=", if name.is_empty() { "?" } else { name })?;
-            write_string(w, s, state | STR_AT_RETURN)
-        })();
+        res = write_param_name(w, &mut n, name)
+            .and_then(|()| write_string(w, s, state | STR_AT_RETURN));
     });
     res
 }
