@@ -11,6 +11,7 @@
 //! `cargo test -p xtask` also runs the tidy checks (`tidy.rs`): documentation, defaults
 //! and SPDX lines that must agree with the sources.
 
+mod archive;
 mod bench;
 mod deb;
 mod debian;
