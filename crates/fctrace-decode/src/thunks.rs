@@ -198,7 +198,7 @@ fn padding_callee(text: &mut impl Text, t: u64) -> Option<u64> {
         sym.size <= MAX_PADDING
     } else {
         // (Not a call of a symbol's start: a short function that runs into the next.)
-        sym.offset != 0 && f - t <= CALL_PADDING
+        sym.offset != 0 && f.wrapping_sub(t) <= CALL_PADDING
     };
     if !ok || !matches!(text.symbol(f), Some(s) if s.offset == 0 && !s.padding) {
         return None;
@@ -229,13 +229,17 @@ pub fn straight_start(before: &[u8], f: u64) -> Option<u64> {
     (0..len).find_map(|k| {
         let mut off = k;
         while off < len {
-            let insn = decode(before.get(off..)?, f.wrapping_sub((len - off) as u64)).ok()?;
+            let insn = decode(
+                before.get(off..)?,
+                f.wrapping_sub(len.wrapping_sub(off) as u64),
+            )
+            .ok()?;
             if insn.flow != Flow::Next {
                 return None;
             }
             off = off.checked_add(usize::from(insn.len))?;
         }
-        (off == len).then(|| f.wrapping_sub((len - k) as u64))
+        (off == len).then(|| f.wrapping_sub(len.wrapping_sub(k) as u64))
     })
 }
 
