@@ -12,6 +12,7 @@
 //! and SPDX lines that must agree with the sources.
 
 mod archive;
+mod arm64;
 mod bench;
 mod deb;
 mod debian;

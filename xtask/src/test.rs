@@ -4,7 +4,8 @@
 //! [--budget SECS] [--model N | --cpu MODEL [--append ARGS]] [--smp N] [--mem MB]`:
 //! 0. the check of `cargo xtask fmt --check` (stops here if formatting would change
 //!    anything);
-//! 1. `cargo test --workspace` on the host (env `FCTRACE_VMLINUX=<KDIR>/vmlinux`);
+//! 1. `cargo test --workspace` on the host (env `FCTRACE_VMLINUX=<KDIR>/vmlinux`, and
+//!    `FCTRACE_A64_IMAGE`: Debian's arm64 kernel image, fetched once, `arm64.rs`);
 //! 2. boot the guest with `/selftests/fctracetest [PATTERN]` as the script; with
 //!    `--jobs N`, N guests side by side, guest i running every Nth test from the i-th
 //!    (`fctrace.shard=i/N` on its command line; consoles in `console-i.log`);
@@ -314,7 +315,12 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
     crate::setup::ensure()?;
     let kdir = crate::kernel::kdir()?;
 
-    // 1. host tests
+    // 1. host tests; the A64 decoder's take every word of Debian's arm64 kernel image.
+    let a64_image = if host {
+        Some(crate::arm64::ensure_image()?)
+    } else {
+        None
+    };
     let host_ok = !host || {
         note("host tests: cargo test --workspace");
         let mut cmd = duct::cmd!("cargo", "test", "--workspace").dir(repo_root());
@@ -322,6 +328,9 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
         // decoder's tests then take every lab kernel's vmlinux, as without the variable.
         if !crate::kernel::is_debian() {
             cmd = cmd.env("FCTRACE_VMLINUX", kdir.join("vmlinux"));
+        }
+        if let Some(img) = &a64_image {
+            cmd = cmd.env("FCTRACE_A64_IMAGE", img);
         }
         cmd.before_spawn(echo).run().is_ok()
     };

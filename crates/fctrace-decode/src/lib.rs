@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-//! x86-64 instruction length and control-flow decoder for fctrace.
+//! x86-64 instruction length and control-flow decoder for fctrace, and the
+//! AArch64 one ([`a64`]).
 //!
 //! `#![no_std]`, no dependencies, no allocation, never panics. All the code
 //! lives in the single file `src/decode.rs` so that the kernel module can
@@ -15,7 +16,9 @@
 //! the module includes it the same way (`src/thunks.rs`), and [`presite`], which
 //! chooses where a call site can be watched without a breakpoint on it, and
 //! [`emulate`], which computes an indirect call's target there, and [`fentry`], which
-//! finds a function's ftrace site.
+//! finds a function's ftrace site. [`a64`] says what an A64 instruction word
+//! does to control flow and where an arm64 function's ftrace site is; the
+//! module includes it the same way (`src/a64.rs`).
 #![no_std]
 // The decoder must not be able to panic (it runs in the kernel, on live text).
 #![deny(
@@ -29,6 +32,7 @@
     clippy::float_arithmetic
 )]
 
+pub mod a64;
 mod decode;
 pub use decode::*;
 pub mod emulate;

@@ -1,0 +1,464 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! AArch64 (A64) control-flow decoder.
+//!
+//! Like `decode.rs`, this file is self-contained so that the kernel module can
+//! include it with `#[path = "../crates/fctrace-decode/src/a64.rs"]`: it uses
+//! nothing outside `core`, and never panics, allocates or uses floats.
+//!
+//! A64 instructions are 32-bit words, four-byte aligned, so there is no
+//! length to find: what fctrace needs is what a word does to control flow
+//! (calls, branches, returns, traps), the hints around a function's entry
+//! (`NOP`, `BTI`, pointer authentication) and the PC-relative instructions a
+//! kprobe has to simulate (`ADR`, `ADRP`, loads from a literal). The
+//! branches, exception generating instructions and hints are decoded down to
+//! whether the architecture allocates them; words of the other
+//! groups, and the system instructions (`MSR`, `MRS`, `SYS`, barriers), are
+//! [`Flow::Next`] and [`Op::Other`] unless they are one of the PC-relative
+//! forms or `UDF`. The choices follow the Arm A64 encoding tables
+//! up to FEAT_CMPBR and FEAT_PAuth_LR (2024), as the bad64 disassembler
+//! (generated from Arm's machine-readable specification) does; the tests
+//! cross-check against it over sweeps of the encoding space and over every
+//! word of Debian's arm64 kernel image.
+
+/// A general purpose register number, 0..=31. What 31 means depends on the
+/// instruction: `XZR` for the branch target of `BR`/`BLR`, `SP` for the
+/// modifier of `BRAA`/`BLRAA` and of the `RETAA` family.
+pub type Reg = u8;
+
+/// The link register, `X30`.
+pub const LR: Reg = 30;
+
+/// Register number 31: `SP` or `XZR`, by instruction.
+pub const R31: Reg = 31;
+
+/// The encoding of `NOP`.
+pub const NOP: u32 = 0xd503_201f;
+
+/// The encoding of `MOV X9, X30` (`ORR X9, XZR, X30`): what the kernel
+/// patches the first instruction of a function's ftrace site to, so that the
+/// `BL` after it keeps the caller's return address in `X9`.
+pub const MOV_X9_LR: u32 = 0xaa1e_03e9;
+
+/// The pointer authentication key of an authenticated branch or return, and
+/// the modifier it is authenticated with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pac {
+    /// Not authenticated (`BR`, `BLR`, `RET`).
+    None,
+    /// Instruction key A (`BRAA`, `BLRAAZ`, `RETAA`, ...), with the modifier
+    /// register (31: `SP`), or `None` for a zero modifier (the `Z` forms).
+    A(Option<Reg>),
+    /// Instruction key B, likewise.
+    B(Option<Reg>),
+    /// Key A with `SP` and a PC-relative value as modifier (FEAT_PAuth_LR:
+    /// `RETAASPPC`, `RETAASPPCR`).
+    ASpPc,
+    /// Key B with `SP` and a PC-relative value as modifier.
+    BSpPc,
+}
+
+/// What a conditional branch tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Test {
+    /// `B.cond` (`consistent`: `BC.cond`, FEAT_HBC): the condition code,
+    /// 0..=15 (`EQ`, `NE`, `CS`, `CC`, `MI`, `PL`, `VS`, `VC`, `HI`, `LS`,
+    /// `GE`, `LT`, `GT`, `LE`, `AL`, `NV`) on NZCV.
+    Cond {
+        /// The condition code.
+        cond: u8,
+        /// `BC.cond` rather than `B.cond`.
+        consistent: bool,
+    },
+    /// `CBZ` / `CBNZ`: the register (`wide`: `X`, else `W`) compared with 0.
+    Zero {
+        /// The register tested.
+        reg: Reg,
+        /// 64-bit register.
+        wide: bool,
+        /// `CBNZ`: branch when not zero.
+        nonzero: bool,
+    },
+    /// `TBZ` / `TBNZ`: one bit of a register.
+    Bit {
+        /// The register tested.
+        reg: Reg,
+        /// The bit number, 0..=63.
+        bit: u8,
+        /// `TBNZ`: branch when the bit is set.
+        nonzero: bool,
+    },
+    /// `CB<cc>`, `CBB<cc>`, `CBH<cc>` (FEAT_CMPBR): a register compared with
+    /// a register or an immediate.
+    Compare {
+        /// The first register.
+        reg: Reg,
+        /// The condition: the `cc` field, 0..=7.
+        cc: u8,
+        /// Operand size in bits: 8, 16, 32 or 64.
+        bits: u8,
+        /// The second operand.
+        with: Operand,
+    },
+}
+
+/// The second operand of a compare-and-branch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operand {
+    /// A register.
+    Reg(Reg),
+    /// An unsigned immediate, 0..=63.
+    Imm(u8),
+}
+
+/// What an instruction does to control flow. Targets are absolute addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Falls through to the next instruction; also `SVC`, `HVC`, `SMC`,
+    /// `HLT`, `DCPS1..3`, which come back to the next instruction.
+    Next,
+    /// `BL label`.
+    Call(u64),
+    /// `BLR Xn` and its authenticated forms (`BLRAA`, `BLRAAZ`, `BLRAB`,
+    /// `BLRABZ`): the register holding the target.
+    CallReg(Reg, Pac),
+    /// `B label`.
+    Jmp(u64),
+    /// `BR Xn` and its authenticated forms.
+    JmpReg(Reg, Pac),
+    /// A conditional branch to the target.
+    Branch(u64, Test),
+    /// `RET Xn`, `RETAA`, `RETAB` and the FEAT_PAuth_LR returns: the
+    /// register holding the return address.
+    Ret(Reg, Pac),
+    /// `ERET`, `ERETAA`, `ERETAB`, `DRPS`: an exception return.
+    ExceptionRet,
+    /// `BRK #imm`: the kernel's `BUG()`/`WARN()` (0x800), kprobes (0x004),
+    /// KASAN, UBSAN and CFI checks.
+    Brk(u16),
+    /// `UDF #imm`, and every word of the branch and system group the
+    /// architecture does not allocate: executing it traps.
+    Undefined,
+}
+
+/// What else fctrace needs to know about an instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Nothing below.
+    Other,
+    /// `NOP`.
+    Nop,
+    /// `BTI` with its targets: 0 none, 1 `c`, 2 `j`, 3 `jc`.
+    Bti(u8),
+    /// A hint that signs the link register (`PACIASP`, `PACIAZ`,
+    /// `PACIBSP`, `PACIBZ`) or `X17` (`PACIA1716`, `PACIB1716`).
+    PacSign,
+    /// A hint that authenticates the link register or `X17` (`AUTIASP`, ...).
+    PacAuth,
+    /// `XPACLRI`: strips the pointer authentication code from the link
+    /// register.
+    StripLr,
+    /// `ADR Xd, label`.
+    Adr(Reg, u64),
+    /// `ADRP Xd, label`: the 4 KiB page address.
+    Adrp(Reg, u64),
+    /// A load from a PC-relative literal (`LDR`, `LDRSW`, `PRFM`, and the
+    /// SIMD `LDR`): the literal's address.
+    Literal(u64),
+}
+
+/// One decoded instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Insn {
+    /// Effect on control flow.
+    pub flow: Flow,
+    /// What else it is.
+    pub op: Op,
+}
+
+/// Bits `lo..lo+n` of `w` (`n` < 32).
+const fn bits(w: u32, lo: u32, n: u32) -> u32 {
+    w.wrapping_shr(lo) & 1u32.wrapping_shl(n).wrapping_sub(1)
+}
+
+/// `pc + (sign_extend(imm, n) << shift)`, wrapping: a PC-relative target.
+const fn rel(pc: u64, imm: u32, n: u32, shift: u32) -> u64 {
+    let up = 64u32.wrapping_sub(n);
+    let v = ((imm as u64).wrapping_shl(up) as i64).wrapping_shr(up);
+    pc.wrapping_add(v.wrapping_shl(shift) as u64)
+}
+
+const fn insn(flow: Flow) -> Insn {
+    Insn {
+        flow,
+        op: Op::Other,
+    }
+}
+
+const UNDEFINED: Insn = insn(Flow::Undefined);
+const NEXT: Insn = insn(Flow::Next);
+
+/// Decodes the instruction `word` at address `pc`.
+pub fn decode(word: u32, pc: u64) -> Insn {
+    let top = bits(word, 25, 4);
+    if word >> 31 == 0 && top == 0 {
+        // The reserved group: only UDF is allocated.
+        return UNDEFINED;
+    }
+    if top & 0b1110 == 0b1010 {
+        return control(word, pc);
+    }
+    if top & 0b1110 == 0b1000 && bits(word, 24, 2) == 0 {
+        let imm = bits(word, 5, 19) << 2 | bits(word, 29, 2);
+        let rd = bits(word, 0, 5) as Reg;
+        let op = if word >> 31 == 0 {
+            Op::Adr(rd, rel(pc, imm, 21, 0))
+        } else {
+            Op::Adrp(rd, rel(pc & !0xfff, imm, 21, 12))
+        };
+        return Insn {
+            flow: Flow::Next,
+            op,
+        };
+    }
+    if word & 0x3b00_0000 == 0x1800_0000 {
+        // Load register (literal); opc 11 with V 1 is unallocated.
+        if word >> 30 == 3 && bits(word, 26, 1) == 1 {
+            return NEXT;
+        }
+        return Insn {
+            flow: Flow::Next,
+            op: Op::Literal(rel(pc, bits(word, 5, 19), 19, 2)),
+        };
+    }
+    NEXT
+}
+
+/// The "branches, exception generating and system instructions" group.
+fn control(word: u32, pc: u64) -> Insn {
+    let op0 = word >> 29;
+    let op1 = bits(word, 12, 14);
+    let op2 = bits(word, 0, 5);
+    match op0 {
+        // B, BL.
+        0 | 4 => {
+            let t = rel(pc, bits(word, 0, 26), 26, 2);
+            insn(if op0 == 0 {
+                Flow::Jmp(t)
+            } else {
+                Flow::Call(t)
+            })
+        }
+        // CBZ, CBNZ; TBZ, TBNZ.
+        1 | 5 => {
+            let reg = bits(word, 0, 5) as Reg;
+            let nonzero = bits(word, 24, 1) == 1;
+            if op1 & 0x2000 == 0 {
+                let t = rel(pc, bits(word, 5, 19), 19, 2);
+                let wide = op0 == 5;
+                insn(Flow::Branch(t, Test::Zero { reg, wide, nonzero }))
+            } else {
+                let t = rel(pc, bits(word, 5, 14), 14, 2);
+                let bit = (bits(word, 31, 1) << 5 | bits(word, 19, 5)) as u8;
+                insn(Flow::Branch(t, Test::Bit { reg, bit, nonzero }))
+            }
+        }
+        2 => match op1 & 0x3000 {
+            // B.cond, BC.cond.
+            0 => {
+                let t = rel(pc, bits(word, 5, 19), 19, 2);
+                let cond = bits(word, 0, 4) as u8;
+                let consistent = bits(word, 4, 1) == 1;
+                insn(Flow::Branch(t, Test::Cond { cond, consistent }))
+            }
+            // RETAASPPC, RETABSPPC <label>.
+            0x1000 if bits(word, 22, 2) == 0 && op2 == 0x1f => {
+                let pac = if bits(word, 21, 1) == 0 {
+                    Pac::ASpPc
+                } else {
+                    Pac::BSpPc
+                };
+                insn(Flow::Ret(LR, pac))
+            }
+            _ => UNDEFINED,
+        },
+        3 | 7 => compare_branch(word, pc, op0 == 7, op1),
+        6 => system(word, op1, op2),
+        _ => UNDEFINED,
+    }
+}
+
+/// FEAT_CMPBR: `CB<cc>` (register, immediate), `CBB<cc>`, `CBH<cc>`.
+fn compare_branch(word: u32, pc: u64, wide: bool, op1: u32) -> Insn {
+    let cc = bits(word, 21, 3);
+    if cc & 6 == 4 {
+        return UNDEFINED;
+    }
+    let reg = bits(word, 0, 5) as Reg;
+    let t = rel(pc, bits(word, 5, 9), 9, 2);
+    let second = bits(word, 16, 5) as u8;
+    let (bits_, with) = if !wide && op1 & 0x3008 == 8 {
+        // CBB<cc>, CBH<cc>.
+        let half = bits(word, 14, 1) == 1;
+        (if half { 16 } else { 8 }, Operand::Reg(second))
+    } else if op1 & 0x300c == 0 {
+        (if wide { 64 } else { 32 }, Operand::Reg(second))
+    } else if op1 & 0x3004 == 0x1000 {
+        (
+            if wide { 64 } else { 32 },
+            Operand::Imm(bits(word, 15, 6) as u8),
+        )
+    } else {
+        return UNDEFINED;
+    };
+    let cc = cc as u8;
+    insn(Flow::Branch(
+        t,
+        Test::Compare {
+            reg,
+            cc,
+            bits: bits_,
+            with,
+        },
+    ))
+}
+
+/// The op0 = 110 part of the control group: exceptions, branches to a
+/// register, hints, and the system instructions (barriers, `MSR`, `MRS`,
+/// `SYS`, PSTATE), which are [`Flow::Next`] whether or not the architecture
+/// allocates them: none of them changes control flow.
+fn system(word: u32, op1: u32, op2: u32) -> Insn {
+    if op1 & 0x3000 == 0 {
+        return exception(word);
+    }
+    if op1 & 0x2000 == 0x2000 {
+        return branch_reg(word);
+    }
+    if op1 == 0x1032 && op2 == 0x1f {
+        return hint(bits(word, 5, 7));
+    }
+    NEXT
+}
+
+/// Exception generation: SVC, HVC, SMC, BRK, HLT, DCPS1..3.
+fn exception(word: u32) -> Insn {
+    let opc = bits(word, 21, 3);
+    let ll = bits(word, 0, 2);
+    if bits(word, 2, 3) != 0 {
+        return UNDEFINED;
+    }
+    match (opc, ll) {
+        (0, 1..=3) | (2, 0) | (5, 1..=3) => NEXT,
+        (1, 0) => insn(Flow::Brk(bits(word, 5, 16) as u16)),
+        _ => UNDEFINED,
+    }
+}
+
+/// A hint, `HINT #imm` with `imm` = CRm:op2; unknown ones execute as `NOP`.
+fn hint(imm: u32) -> Insn {
+    let op = match imm {
+        0 => Op::Nop,
+        7 => Op::StripLr,
+        8 | 10 | 24..=27 => Op::PacSign,
+        12 | 14 | 28..=31 => Op::PacAuth,
+        32..=39 if imm & 1 == 0 => Op::Bti(((imm >> 1) & 3) as u8),
+        _ => Op::Other,
+    };
+    Insn {
+        flow: Flow::Next,
+        op,
+    }
+}
+
+/// Unconditional branch (register): BR, BLR, RET, ERET, DRPS and their
+/// pointer-authenticated forms.
+fn branch_reg(word: u32) -> Insn {
+    let opc = bits(word, 21, 4);
+    let op3 = bits(word, 10, 6);
+    let rn = bits(word, 5, 5) as Reg;
+    let op4 = bits(word, 0, 5) as Reg;
+    if bits(word, 16, 5) != 0x1f {
+        return UNDEFINED;
+    }
+    // The key of an authenticated form: op3 = 00001x.
+    let key = |modifier: Option<Reg>| {
+        if op3 == 2 {
+            Pac::A(modifier)
+        } else {
+            Pac::B(modifier)
+        }
+    };
+    let auth = op3 & 0x3e == 2;
+    match opc {
+        // BR, BRAAZ, BRABZ; BLR, BLRAAZ, BLRABZ.
+        0 | 1 => {
+            let pac = if op3 == 0 && op4 == 0 {
+                Pac::None
+            } else if auth && op4 == 0x1f {
+                key(None)
+            } else {
+                return UNDEFINED;
+            };
+            insn(if opc == 0 {
+                Flow::JmpReg(rn, pac)
+            } else {
+                Flow::CallReg(rn, pac)
+            })
+        }
+        // RET; RETAA, RETAB; RETAASPPCR, RETABSPPCR.
+        2 => {
+            if op3 == 0 && op4 == 0 {
+                insn(Flow::Ret(rn, Pac::None))
+            } else if auth && rn == 0x1f && op4 == 0x1f {
+                insn(Flow::Ret(LR, key(Some(R31))))
+            } else if auth && rn == 0x1f {
+                let pac = if op3 == 2 { Pac::ASpPc } else { Pac::BSpPc };
+                insn(Flow::Ret(LR, pac))
+            } else {
+                UNDEFINED
+            }
+        }
+        // ERET, ERETAA, ERETAB; DRPS.
+        4 | 5 => {
+            let plain = op3 == 0 && rn == 0x1f && op4 == 0;
+            let authed = opc == 4 && auth && rn == 0x1f && op4 == 0x1f;
+            if plain || authed {
+                insn(Flow::ExceptionRet)
+            } else {
+                UNDEFINED
+            }
+        }
+        // BRAA, BRAB; BLRAA, BLRAB: the modifier in op4 (31: SP).
+        8 | 9 if auth => {
+            let pac = key(Some(op4));
+            insn(if opc == 8 {
+                Flow::JmpReg(rn, pac)
+            } else {
+                Flow::CallReg(rn, pac)
+            })
+        }
+        _ => UNDEFINED,
+    }
+}
+
+/// Where a function's ftrace site is, the address ftrace records for it
+/// (`ftrace_call_adjust()`): the `NOP` that becomes `BL <trampoline>`.
+///
+/// `entry` holds the first three words at the function's symbol address
+/// `addr`. The compiler's patchable entry is two `NOP`s (with
+/// `CONFIG_DYNAMIC_FTRACE_WITH_CALL_OPS`, two more before the symbol hold
+/// the ops pointer), after a `BTI C` when the kernel has BTI. The first
+/// becomes `MOV X9, X30` once ftrace has initialised the site, the second a
+/// `BL`. Returns `None` if the words are not such a site.
+pub fn ftrace_site(entry: [u32; 3], addr: u64) -> Option<u64> {
+    let first = |w: u32| w == NOP || w == MOV_X9_LR;
+    let second = |w: u32, at: u64| w == NOP || matches!(decode(w, at).flow, Flow::Call(_));
+    let [a, b, c] = entry;
+    if first(a) && second(b, addr.wrapping_add(4)) {
+        return Some(addr.wrapping_add(4));
+    }
+    if decode(a, addr).op == Op::Bti(1) && first(b) && second(c, addr.wrapping_add(8)) {
+        return Some(addr.wrapping_add(8));
+    }
+    None
+}

@@ -1,0 +1,518 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Cross-checks the A64 decoder (`fctrace_decode::a64`) against bad64, Binary
+//! Ninja's AArch64 disassembler, which is generated from Arm's
+//! machine-readable specification: over the whole branch and exception
+//! space (every value of the opcode bits, with the register fields at their
+//! edge values), over every hint, over four million words spread across the
+//! whole 32-bit space, and over every word of Debian's arm64 kernel image.
+//!
+//! The image is `FCTRACE_A64_IMAGE`, else
+//! `${XDG_CACHE_HOME:-$HOME/.cache}/fctrace/debian-arm64/vmlinuz-*`, which
+//! `cargo xtask test` fetches (signed by Debian's archive key) before the host
+//! tests; without one, that test prints `SKIP` and passes.
+
+use fctrace_decode::a64::{self, Flow, Insn, Op, Pac, Test};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// What bad64 says, in our terms.
+enum Want {
+    /// This instruction exactly.
+    Exact(Insn),
+    /// A FEAT_CMPBR compare-and-branch: bad64 decodes it but cannot format its
+    /// operands (`ErrorOperands`); the target is checked from the encoding.
+    Compare(u64),
+    /// Not allocated.
+    Invalid,
+}
+
+/// A general purpose register's number (`None` for the others).
+fn reg(r: bad64::Reg) -> Option<a64::Reg> {
+    match r.name() {
+        "xzr" | "wzr" | "sp" | "wsp" => Some(31),
+        "fp" => Some(29),
+        "lr" => Some(30),
+        n if n.starts_with('x') || n.starts_with('w') => n[1..].parse().ok(),
+        _ => None,
+    }
+}
+
+fn label(i: &bad64::Instruction) -> u64 {
+    for o in i.operands() {
+        if let bad64::Operand::Label(bad64::Imm::Unsigned(a)) = o {
+            return *a;
+        }
+    }
+    panic!("no label in {i}")
+}
+
+/// The first two general purpose registers among the operands (0xff: none).
+fn regs(i: &bad64::Instruction) -> [a64::Reg; 2] {
+    let mut r = [0xff; 2];
+    let mut n = 0;
+    for o in i.operands() {
+        if let bad64::Operand::Reg { reg: g, .. } = o {
+            if let (Some(g), Some(slot)) = (reg(*g), r.get_mut(n)) {
+                *slot = g;
+                n += 1;
+            }
+        }
+    }
+    r
+}
+
+fn has_label(i: &bad64::Instruction) -> bool {
+    i.operands()
+        .iter()
+        .any(|o| matches!(o, bad64::Operand::Label(_)))
+}
+
+const CONDS: [&str; 16] = [
+    "eq", "ne", "cs", "cc", "mi", "pl", "vs", "vc", "hi", "ls", "ge", "lt", "gt", "le", "al", "nv",
+];
+
+fn is_cmpbr(w: u32) -> bool {
+    w & 0x7f00_c000 == 0x7400_0000
+        || w & 0x7f00_4000 == 0x7500_0000
+        || w & 0xff00_8000 == 0x7400_8000
+}
+
+fn want(w: u32, pc: u64) -> Want {
+    use bad64::Op as B;
+    let i = match bad64::decode(w, pc) {
+        Ok(i) => i,
+        Err(_) if is_cmpbr(w) && (w >> 21) & 6 != 4 => {
+            let imm9 = ((w >> 5) & 0x1ff) as i64;
+            let off = ((imm9 << 55) >> 55) * 4;
+            return Want::Compare(pc.wrapping_add(off as u64));
+        }
+        Err(_) => return Want::Invalid,
+    };
+    let op = i.op();
+    let r = regs(&i);
+    let flow = |flow| {
+        Want::Exact(Insn {
+            flow,
+            op: Op::Other,
+        })
+    };
+    let with = |op| {
+        Want::Exact(Insn {
+            flow: Flow::Next,
+            op,
+        })
+    };
+    let name = op.mnem();
+    if let Some(c) = name.strip_prefix("b.") {
+        let c = match c {
+            "hs" => "cs",
+            "lo" => "cc",
+            c => c,
+        };
+        let cond = CONDS
+            .iter()
+            .position(|x| *x == c)
+            .unwrap_or_else(|| panic!("condition {name}")) as u8;
+        let consistent = w & 0x10 != 0;
+        return flow(Flow::Branch(label(&i), Test::Cond { cond, consistent }));
+    }
+    if name.starts_with("cb") && !matches!(op, B::CBZ | B::CBNZ) {
+        return Want::Compare(label(&i));
+    }
+    match op {
+        B::B => flow(Flow::Jmp(label(&i))),
+        B::BL => flow(Flow::Call(label(&i))),
+        B::BR => flow(Flow::JmpReg(r[0], Pac::None)),
+        B::BLR => flow(Flow::CallReg(r[0], Pac::None)),
+        B::BRAAZ => flow(Flow::JmpReg(r[0], Pac::A(None))),
+        B::BRABZ => flow(Flow::JmpReg(r[0], Pac::B(None))),
+        B::BLRAAZ => flow(Flow::CallReg(r[0], Pac::A(None))),
+        B::BLRABZ => flow(Flow::CallReg(r[0], Pac::B(None))),
+        B::BRAA => flow(Flow::JmpReg(r[0], Pac::A(Some(r[1])))),
+        B::BRAB => flow(Flow::JmpReg(r[0], Pac::B(Some(r[1])))),
+        B::BLRAA => flow(Flow::CallReg(r[0], Pac::A(Some(r[1])))),
+        B::BLRAB => flow(Flow::CallReg(r[0], Pac::B(Some(r[1])))),
+        B::RET => flow(Flow::Ret(if r[0] == 0xff { 30 } else { r[0] }, Pac::None)),
+        B::RETAA => flow(Flow::Ret(30, Pac::A(Some(31)))),
+        B::RETAB => flow(Flow::Ret(30, Pac::B(Some(31)))),
+        B::RETAASPPC | B::RETAASPPCR => flow(Flow::Ret(30, Pac::ASpPc)),
+        B::RETABSPPC | B::RETABSPPCR => flow(Flow::Ret(30, Pac::BSpPc)),
+        B::ERET | B::ERETAA | B::ERETAB | B::DRPS => flow(Flow::ExceptionRet),
+        B::CBZ | B::CBNZ => {
+            let wide = i
+                .operands()
+                .iter()
+                .any(|o| matches!(o, bad64::Operand::Reg { reg, .. } if reg.size() == 8));
+            let nonzero = op == B::CBNZ;
+            let t = Test::Zero {
+                reg: r[0],
+                wide,
+                nonzero,
+            };
+            flow(Flow::Branch(label(&i), t))
+        }
+        B::TBZ | B::TBNZ => {
+            let bit = i
+                .operands()
+                .iter()
+                .find_map(|o| match o {
+                    bad64::Operand::Imm32 {
+                        imm: bad64::Imm::Unsigned(b),
+                        ..
+                    }
+                    | bad64::Operand::Imm64 {
+                        imm: bad64::Imm::Unsigned(b),
+                        ..
+                    } => Some(*b as u8),
+                    _ => None,
+                })
+                .expect("bit number");
+            let nonzero = op == B::TBNZ;
+            let t = Test::Bit {
+                reg: r[0],
+                bit,
+                nonzero,
+            };
+            flow(Flow::Branch(label(&i), t))
+        }
+        B::BRK => {
+            let imm = i
+                .operands()
+                .iter()
+                .find_map(|o| match o {
+                    bad64::Operand::Imm32 {
+                        imm: bad64::Imm::Unsigned(v),
+                        ..
+                    } => Some(*v as u16),
+                    _ => None,
+                })
+                .expect("BRK immediate");
+            flow(Flow::Brk(imm))
+        }
+        B::UDF => flow(Flow::Undefined),
+        B::NOP => with(Op::Nop),
+        B::BTI => {
+            let t = i
+                .operands()
+                .iter()
+                .find_map(|o| match o {
+                    bad64::Operand::Name(n) => {
+                        let end = n.iter().position(|b| *b == 0).unwrap_or(n.len());
+                        Some(String::from_utf8_lossy(&n[..end]).into_owned())
+                    }
+                    _ => None,
+                })
+                .unwrap_or_default();
+            with(Op::Bti(match t.as_str() {
+                "" => 0,
+                "c" => 1,
+                "j" => 2,
+                "jc" => 3,
+                _ => panic!("BTI {t}"),
+            }))
+        }
+        B::PACIASP | B::PACIAZ | B::PACIBSP | B::PACIBZ | B::PACIA1716 | B::PACIB1716 => {
+            with(Op::PacSign)
+        }
+        B::AUTIASP | B::AUTIAZ | B::AUTIBSP | B::AUTIBZ | B::AUTIA1716 | B::AUTIB1716 => {
+            with(Op::PacAuth)
+        }
+        B::XPACLRI => with(Op::StripLr),
+        // (The SVE ADR of vectors has no label.)
+        B::ADR if has_label(&i) => with(Op::Adr(r[0], label(&i))),
+        B::ADRP => with(Op::Adrp(r[0], label(&i))),
+        B::LDR | B::LDRSW | B::PRFM if has_label(&i) => with(Op::Literal(label(&i))),
+        _ => with(Op::Other),
+    }
+}
+
+/// Words whose allocation the decoder judges: the branch and exception
+/// part of the control group (not the system instructions), and the
+/// reserved group.
+fn judged(w: u32) -> bool {
+    let top = (w >> 25) & 0xf;
+    (top & 0b1110 == 0b1010 && w >> 24 != 0xd5) || (w >> 31 == 0 && top == 0)
+}
+
+/// `Err` with a description when the decoder and bad64 disagree on `w`.
+fn check(w: u32, pc: u64) -> Result<Insn, String> {
+    let ours = a64::decode(w, pc);
+    let ok = match want(w, pc) {
+        Want::Exact(i) => ours == i,
+        Want::Compare(t) => matches!(ours.flow, Flow::Branch(x, Test::Compare { .. }) if x == t),
+        Want::Invalid => {
+            ours.flow == Flow::Undefined
+                || (!judged(w)
+                    && ours
+                        == Insn {
+                            flow: Flow::Next,
+                            op: Op::Other,
+                        })
+        }
+    };
+    if ok {
+        return Ok(ours);
+    }
+    let theirs = match bad64::decode(w, pc) {
+        Ok(i) => format!("{i} ({:?} {:?})", i.op(), i.operands()),
+        Err(e) => format!("{e:?}"),
+    };
+    Err(format!("{w:08x} at {pc:#x}: ours {ours:?}, bad64 {theirs}"))
+}
+
+/// Checks every word `words` yields; fails listing the first mismatches.
+fn check_all(what: &str, words: impl Iterator<Item = (u32, u64)>) -> BTreeMap<&'static str, u64> {
+    let mut bad = Vec::new();
+    let mut n = 0u64;
+    let mut kinds = BTreeMap::new();
+    for (w, pc) in words {
+        n += 1;
+        match check(w, pc) {
+            Ok(i) => *kinds.entry(kind(&i)).or_insert(0u64) += 1,
+            Err(e) => bad.push(e),
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{what}: {} of {n} words differ from bad64, first ones:\n{}",
+        bad.len(),
+        bad[..bad.len().min(20)].join("\n")
+    );
+    eprintln!("{what}: {n} words agree with bad64: {kinds:?}");
+    kinds
+}
+
+fn kind(i: &Insn) -> &'static str {
+    match (i.op, i.flow) {
+        (Op::Nop, _) => "Nop",
+        (Op::Bti(_), _) => "Bti",
+        (Op::PacSign, _) => "PacSign",
+        (Op::PacAuth, _) => "PacAuth",
+        (Op::StripLr, _) => "StripLr",
+        (Op::Adr(..), _) => "Adr",
+        (Op::Adrp(..), _) => "Adrp",
+        (Op::Literal(_), _) => "Literal",
+        (Op::Other, Flow::Next) => "Next",
+        (Op::Other, Flow::Call(_)) => "Call",
+        (Op::Other, Flow::CallReg(..)) => "CallReg",
+        (Op::Other, Flow::Jmp(_)) => "Jmp",
+        (Op::Other, Flow::JmpReg(..)) => "JmpReg",
+        (Op::Other, Flow::Branch(..)) => "Branch",
+        (Op::Other, Flow::Ret(..)) => "Ret",
+        (Op::Other, Flow::ExceptionRet) => "ExceptionRet",
+        (Op::Other, Flow::Brk(_)) => "Brk",
+        (Op::Other, Flow::Undefined) => "Undefined",
+    }
+}
+
+/// Register fields at their edges, and some others, for the low ten bits.
+const LOWS: [u32; 8] = [0x000, 0x3ff, 0x3e0, 0x01f, 0x3fe, 0x11e, 0x0e9, 0x2a5];
+
+#[test]
+fn branch_and_exception_space() {
+    // Bits 28:26 = 101; every value of bits 31:29 and 25:10.
+    let words = (0u32..8).flat_map(|hi| {
+        (0u32..1 << 16).flat_map(move |mid| {
+            LOWS.iter().map(move |lo| {
+                let w = hi << 29 | 0b101 << 26 | mid << 10 | lo;
+                (w, 0xffff_8000_8010_0000u64 + u64::from(mid) * 4)
+            })
+        })
+    });
+    let kinds = check_all("branch space", words);
+    for k in [
+        "Call",
+        "CallReg",
+        "Jmp",
+        "JmpReg",
+        "Branch",
+        "Ret",
+        "ExceptionRet",
+        "Brk",
+        "Undefined",
+    ] {
+        assert!(
+            kinds.get(k).copied().unwrap_or(0) > 0,
+            "no {k} in the sweep"
+        );
+    }
+}
+
+#[test]
+fn every_hint() {
+    let words = (0u32..128).map(|imm| (0xd503_201f | imm << 5, 0x1000));
+    let kinds = check_all("hints", words);
+    assert_eq!(kinds.get("Nop"), Some(&1));
+    assert_eq!(kinds.get("Bti"), Some(&4));
+    assert_eq!(kinds.get("PacSign"), Some(&6));
+    assert_eq!(kinds.get("PacAuth"), Some(&6));
+}
+
+#[test]
+fn words_across_the_space() {
+    // Four million words spread over all 2^32 (Weyl sequence), at varying addresses.
+    let words = (0u64..1 << 22).map(|i| {
+        let w = (i.wrapping_mul(0x9e37_79b9) as u32) ^ (i as u32 >> 3);
+        (
+            w,
+            0xffff_8000_8000_0000u64.wrapping_add(i.wrapping_mul(0x1_0004)),
+        )
+    });
+    let kinds = check_all("spread", words);
+    for k in ["Adr", "Adrp", "Literal", "Undefined", "Call", "Jmp"] {
+        assert!(
+            kinds.get(k).copied().unwrap_or(0) > 0,
+            "no {k} in the sample"
+        );
+    }
+}
+
+#[test]
+fn handmade() {
+    let pc = 0xffff_8000_8010_0000u64;
+    let d = |w| a64::decode(w, pc);
+    // bl .+0x40; bl .-4
+    assert_eq!(d(0x9400_0010).flow, Flow::Call(pc + 0x40));
+    assert_eq!(d(0x97ff_ffff).flow, Flow::Call(pc - 4));
+    // blr x8; blraa x8, x17; br x16; ret; retaa
+    assert_eq!(d(0xd63f_0100).flow, Flow::CallReg(8, Pac::None));
+    assert_eq!(d(0xd73f_0911).flow, Flow::CallReg(8, Pac::A(Some(17))));
+    assert_eq!(d(0xd61f_0200).flow, Flow::JmpReg(16, Pac::None));
+    assert_eq!(d(0xd65f_03c0).flow, Flow::Ret(30, Pac::None));
+    assert_eq!(d(0xd65f_0bff).flow, Flow::Ret(30, Pac::A(Some(31))));
+    // b.ne .+8 and bc.ne .+8
+    let cond = |consistent| {
+        Flow::Branch(
+            pc + 8,
+            Test::Cond {
+                cond: 1,
+                consistent,
+            },
+        )
+    };
+    assert_eq!(d(0x5400_0041).flow, cond(false));
+    assert_eq!(d(0x5400_0051).flow, cond(true));
+    // cbgt x1, x2, .+8; cblt x1, #5, .+8 (cc 1); cbbeq w1, w2, .-4 (cc 6)
+    let cmp = |t, cc, bits, with| {
+        Flow::Branch(
+            t,
+            Test::Compare {
+                reg: 1,
+                cc,
+                bits,
+                with,
+            },
+        )
+    };
+    assert_eq!(
+        d(0xf402_0041).flow,
+        cmp(pc + 8, 0, 64, a64::Operand::Reg(2))
+    );
+    assert_eq!(
+        d(0xf522_8041).flow,
+        cmp(pc + 8, 1, 64, a64::Operand::Imm(5))
+    );
+    assert_eq!(d(0x74c2_bfe1).flow, cmp(pc - 4, 6, 8, a64::Operand::Reg(2)));
+    // brk #0x800 (BUG()), udf #0
+    assert_eq!(d(0xd421_0000).flow, Flow::Brk(0x800));
+    assert_eq!(d(0x0000_0000).flow, Flow::Undefined);
+    // paciasp, autiasp, bti c, nop; adrp x0, page; ldr x0, literal
+    assert_eq!(d(0xd503_233f).op, Op::PacSign);
+    assert_eq!(d(0xd503_23bf).op, Op::PacAuth);
+    assert_eq!(d(0xd503_245f).op, Op::Bti(1));
+    assert_eq!(d(a64::NOP).op, Op::Nop);
+    assert_eq!(d(0xb000_0000).op, Op::Adrp(0, pc + 0x1000));
+    assert_eq!(d(0x5800_0040).op, Op::Literal(pc + 8));
+    assert_eq!(
+        d(a64::MOV_X9_LR),
+        Insn {
+            flow: Flow::Next,
+            op: Op::Other
+        }
+    );
+}
+
+#[test]
+fn ftrace_sites() {
+    let f = 0xffff_8000_8020_0000u64;
+    let bl = 0x9400_0000 | 0x10; // bl .+0x40
+    let bti_c = 0xd503_245f;
+    let paciasp = 0xd503_233f;
+    // Before ftrace initialises the site, and after (patched, enabled).
+    assert_eq!(
+        a64::ftrace_site([a64::NOP, a64::NOP, paciasp], f),
+        Some(f + 4)
+    );
+    assert_eq!(
+        a64::ftrace_site([a64::MOV_X9_LR, a64::NOP, paciasp], f),
+        Some(f + 4)
+    );
+    assert_eq!(
+        a64::ftrace_site([a64::MOV_X9_LR, bl, paciasp], f),
+        Some(f + 4)
+    );
+    // With BTI.
+    assert_eq!(
+        a64::ftrace_site([bti_c, a64::NOP, a64::NOP], f),
+        Some(f + 8)
+    );
+    assert_eq!(
+        a64::ftrace_site([bti_c, a64::MOV_X9_LR, bl], f),
+        Some(f + 8)
+    );
+    // Not a site: a function without one, or a branch where the BL goes.
+    assert_eq!(
+        a64::ftrace_site([paciasp, 0xa9bf_7bfd, 0x9100_03fd], f),
+        None
+    );
+    assert_eq!(a64::ftrace_site([a64::NOP, 0x1400_0010, 0], f), None);
+    assert_eq!(a64::ftrace_site([bti_c, paciasp, a64::NOP], f), None);
+}
+
+fn image() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FCTRACE_A64_IMAGE") {
+        return Some(p.into());
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    let dir = std::fs::read_dir(cache.join("fctrace/debian-arm64")).ok()?;
+    dir.filter_map(|e| e.ok().map(|e| e.path())).find(|p| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+    })
+}
+
+#[test]
+fn every_word_of_debians_arm64_image() {
+    let Some(path) = image() else {
+        eprintln!("SKIP: no arm64 image (set FCTRACE_A64_IMAGE)");
+        return;
+    };
+    let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    // The arm64 boot image: "ARM\x64" at offset 56 of its header.
+    assert_eq!(
+        &data[56..60],
+        b"ARM\x64",
+        "{} is not an arm64 Image",
+        path.display()
+    );
+    const KIMAGE_VADDR: u64 = 0xffff_8000_8000_0000;
+    let words = data.chunks_exact(4).enumerate().map(|(i, c)| {
+        let w = u32::from_le_bytes(c.try_into().expect("4 bytes"));
+        (w, KIMAGE_VADDR + i as u64 * 4)
+    });
+    let kinds = check_all(&path.display().to_string(), words);
+    // A kernel built with pointer authentication and BTI-less ftrace sites:
+    // hundreds of thousands of calls, tens of thousands of signed returns.
+    for (k, at_least) in [
+        ("Call", 200_000),
+        ("CallReg", 5_000),
+        ("Ret", 20_000),
+        ("PacSign", 20_000),
+        ("Nop", 50_000),
+    ] {
+        let n = kinds.get(k).copied().unwrap_or(0);
+        assert!(n >= at_least, "only {n} {k} in {}", path.display());
+    }
+}
