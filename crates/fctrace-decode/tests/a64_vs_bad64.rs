@@ -61,6 +61,24 @@ fn regs(i: &bad64::Instruction) -> [a64::Reg; 2] {
     r
 }
 
+/// The unsigned immediate among the operands (a bit number, BRK's comment).
+fn imm(i: &bad64::Instruction) -> u64 {
+    i.operands()
+        .iter()
+        .find_map(|o| match o {
+            bad64::Operand::Imm32 {
+                imm: bad64::Imm::Unsigned(v),
+                ..
+            }
+            | bad64::Operand::Imm64 {
+                imm: bad64::Imm::Unsigned(v),
+                ..
+            } => Some(*v),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no immediate in {i}"))
+}
+
 fn has_label(i: &bad64::Instruction) -> bool {
     i.operands()
         .iter()
@@ -152,21 +170,7 @@ fn want(w: u32, pc: u64) -> Want {
             flow(Flow::Branch(label(&i), t))
         }
         B::TBZ | B::TBNZ => {
-            let bit = i
-                .operands()
-                .iter()
-                .find_map(|o| match o {
-                    bad64::Operand::Imm32 {
-                        imm: bad64::Imm::Unsigned(b),
-                        ..
-                    }
-                    | bad64::Operand::Imm64 {
-                        imm: bad64::Imm::Unsigned(b),
-                        ..
-                    } => Some(*b as u8),
-                    _ => None,
-                })
-                .expect("bit number");
+            let bit = imm(&i) as u8;
             let nonzero = op == B::TBNZ;
             let t = Test::Bit {
                 reg: r[0],
@@ -175,20 +179,7 @@ fn want(w: u32, pc: u64) -> Want {
             };
             flow(Flow::Branch(label(&i), t))
         }
-        B::BRK => {
-            let imm = i
-                .operands()
-                .iter()
-                .find_map(|o| match o {
-                    bad64::Operand::Imm32 {
-                        imm: bad64::Imm::Unsigned(v),
-                        ..
-                    } => Some(*v as u16),
-                    _ => None,
-                })
-                .expect("BRK immediate");
-            flow(Flow::Brk(imm))
-        }
+        B::BRK => flow(Flow::Brk(imm(&i) as u16)),
         B::UDF => flow(Flow::Undefined),
         B::NOP => with(Op::Nop),
         B::BTI => {
