@@ -242,11 +242,26 @@ Where an error came from (on the host: fctrace-report errors trace.txt):
   grep ERROR trace
 ";
 
+/// What `README` adds where the architecture does not trace yet (see
+/// `Tracer::activate`): a user, and the selftests' runner, read it there.
+const ARCH_NOTE: &str = if cfg!(target_arch = "x86_64") {
+    ""
+} else {
+    "
+Not yet on this architecture: tracing. fctrace loads and its files take their
+settings, but starting a trace (set_pid, tracing_on, the kworkers option) fails
+with EOPNOTSUPP and an error_log line; nothing is probed. Only x86-64 traces now.
+"
+};
+
 /// What reading `id` shows.
 pub(crate) fn render(tr: &Tracer, id: FileId, t: &mut Text) -> core::fmt::Result {
     let set = &tr.settings;
     match id {
-        FileId::Readme => t.write_str(README),
+        FileId::Readme => {
+            t.write_str(README)?;
+            t.write_str(ARCH_NOTE)
+        }
         FileId::SetPid => {
             // As the reader's PID namespace numbers them (what it wrote); processes it
             // cannot see are not shown.

@@ -9,6 +9,9 @@
 //! Documentation/fctrace/design.rst).
 
 #![recursion_limit = "256"]
+// On arm64 the engine is built without x86-64's mechanisms (trampolines, single steps,
+// pre-sites) and tracing is refused (engine/session.rs): what only those use is unused.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
 use kernel::prelude::*;
 
@@ -127,7 +130,10 @@ struct Fctrace {
 
 impl kernel::Module for Fctrace {
     fn init(_module: &'static ThisModule) -> Result<Self> {
+        #[cfg(target_arch = "x86_64")]
         let traps = trap_notifier::Guard::new::<engine::Traps>()?;
+        #[cfg(not(target_arch = "x86_64"))]
+        let traps = trap_notifier::Guard::new()?;
         let modules = sys::ModuleWatch::new()?;
         let tracer = engine::TracerHandle::new()?;
         let fs = fs::Registration::new()?;

@@ -119,21 +119,40 @@ unsafe extern "C" fn pre_handler<D: Handler>(
     D::pre(probe, regs)
 }
 
-/// Resumes an int3-trapped context at `target` as if the trapped instruction had called
-/// it with return address `ret`: pushes `ret` below the interrupted stack pointer. For
-/// pre-handlers of int3 probes (not ftrace-based ones), which then return non-zero.
+/// Resumes a trapped context at `target` as if the trapped instruction had called it with
+/// return address `ret`. For pre-handlers of breakpoint probes (not ftrace-based ones),
+/// which then return non-zero. arm64: as a `BL`, with `ret` in the link register.
+#[cfg(target_arch = "aarch64")]
 pub(crate) fn emulate_call(regs: &mut bindings::pt_regs, ret: u64, target: u64) {
-    let new_sp = regs.sp - 8;
+    use crate::sys::Regs;
+    // A `BL`: the return address goes in the link register.
+    crate::sys::set_lr(regs, ret);
+    regs.set_pc(target);
+}
+
+/// x86-64: pushes `ret` below the interrupted stack pointer.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn emulate_call(regs: &mut bindings::pt_regs, ret: u64, target: u64) {
+    use crate::sys::Regs;
+    let new_sp = regs.sp() - 8;
     // SAFETY: `new_sp` is the word just below the interrupted stack pointer, in the gap
     // `asm_exc_int3` leaves below the interrupted stack for emulating a push
     // (`int3_emulate_push()`); the kernel stack of the trapped context is writable.
     unsafe { *(new_sp as *mut u64) = ret };
-    regs.sp = new_sp;
-    regs.ip = target as _;
+    regs.set_sp(new_sp);
+    regs.set_pc(target);
+}
+
+/// Whether the instruction at `addr` is a direct call longer than a plain 5-byte
+/// `call rel32`. Never on arm64, whose instructions are all 4 bytes.
+#[cfg(not(target_arch = "x86_64"))]
+fn long_call_at(_addr: u64) -> bool {
+    false
 }
 
 /// Whether the instruction at `addr` is a direct call longer than a plain 5-byte
 /// `call rel32`.
+#[cfg(target_arch = "x86_64")]
 fn long_call_at(addr: u64) -> bool {
     let mut code = [0u8; 16];
     // SAFETY: `copy_from_kernel_nofault` never faults; the destination is a local buffer.
@@ -224,7 +243,7 @@ impl<D: Handler> Probe<D> {
 
     /// Registers the blocker of an optimizable probe at `addr` (best effort: without it
     /// the probe is optimized right away).
-    fn register_blocker(&self, addr: *mut u8) {
+    fn register_blocker(&self, addr: *mut bindings::kprobe_opcode_t) {
         let b = self.hdr.blocker.get();
         // SAFETY: the blocker is ours and not registered (the probe is not), so nothing
         // else accesses it; it is pinned with the probe, so it stays at this address
@@ -311,6 +330,8 @@ impl<D: Handler> Probe<D> {
             return Err(e);
         }
         self.registered.store(true, Ordering::Release);
+        // (x86-64's: `long_call_at()`.)
+        #[cfg(target_arch = "x86_64")]
         if long_call {
             // SAFETY: `kp` is registered (disabled, so not hit yet); the C helper only
             // replaces its emulation routine, then enables it.

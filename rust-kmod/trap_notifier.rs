@@ -13,21 +13,34 @@
 //! The same die notifier hands single-step traps (`DIE_DEBUG`) to the engine: the trap
 //! flag fctrace sets to step a traced task from a pre-site to its call site
 //! (`engine/step.rs`).
+//!
+//! Both are x86-64's. arm64 patches its text under `stop_machine()` (kprobes) or with a
+//! single aligned word (ftrace), so no stale breakpoint runs there, and fctrace does not
+//! single-step on arm64: its [`Guard`] registers nothing.
 
 use crate::recent::RecentText;
 use crate::sys;
-use core::sync::atomic::{AtomicU64, Ordering};
-use kernel::ffi::{c_int, c_ulong, c_void};
+use core::sync::atomic::AtomicU64;
 use kernel::prelude::*;
+#[cfg(target_arch = "x86_64")]
+use {
+    crate::sys::Regs,
+    core::sync::atomic::Ordering,
+    kernel::ffi::{c_int, c_ulong, c_void},
+};
 
+#[cfg(target_arch = "x86_64")]
 const INT3: u8 = 0xcc;
+#[cfg(target_arch = "x86_64")]
 const NOTIFY_DONE: c_int = 0;
+#[cfg(target_arch = "x86_64")]
 const NOTIFY_STOP: c_int = 0x8001; // NOTIFY_OK | NOTIFY_STOP_MASK
 
 /// Late int3s recovered, for `stats`.
 pub(crate) static RECOVERED: AtomicU64 = AtomicU64::new(0);
 
 /// Where fctrace removed breakpoints or patched ftrace sites lately.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 static RECENT: RecentText = RecentText::new();
 
 /// fctrace is about to remove, or removed, a breakpoint at `addr`, or patches the ftrace
@@ -38,6 +51,7 @@ pub(crate) fn text_changed(addr: u64) {
 }
 
 /// What the trap notifier asks of its user (the engine), which it knows nothing else of.
+#[cfg(target_arch = "x86_64")]
 pub(crate) trait TrapClient: 'static {
     /// A single-step trap (`DIE_DEBUG`) with the interrupted registers and the trap's
     /// copy of DR6: whether it was the client's (then the kernel ignores it).
@@ -49,11 +63,24 @@ pub(crate) trait TrapClient: 'static {
 
 /// Registered die notifiers that recover late int3s and hand single steps to `C`;
 /// unregistered on drop.
+#[cfg(target_arch = "x86_64")]
 pub(crate) struct Guard {
     _notifier: sys::Notifier,
     _last: sys::Notifier,
 }
 
+/// arm64: nothing to recover, no single step (see above).
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) struct Guard;
+
+#[cfg(not(target_arch = "x86_64"))]
+impl Guard {
+    pub(crate) fn new() -> Result<Self> {
+        Ok(Guard)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
 impl Guard {
     pub(crate) fn new<C: TrapClient>() -> Result<Self> {
         // Run after kprobes', kgdb's and mmiotrace's own handlers had their chance
@@ -72,6 +99,7 @@ impl Guard {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 /// The last die notifier: a single step that no other notifier claimed.
 ///
 /// # Safety
@@ -89,6 +117,7 @@ unsafe extern "C" fn last_handler<C: TrapClient>(
     unsafe { on_debug_args(data, C::on_debug_last) }
 }
 
+#[cfg(target_arch = "x86_64")]
 /// Hands a DIE_DEBUG trap's registers and DR6 copy to `f`: `NOTIFY_STOP` if it took the
 /// trap.
 ///
@@ -114,6 +143,7 @@ unsafe fn on_debug_args(data: *mut c_void, f: fn(&mut sys::PtRegs, *mut c_ulong)
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 /// Decides what to do with an int3 nobody claimed: re-run the instruction at `addr` if
 /// the breakpoint byte there is gone.
 fn recover(regs: &mut sys::PtRegs) -> bool {
@@ -123,7 +153,7 @@ fn recover(regs: &mut sys::PtRegs) -> bool {
     if cs & 3 != 0 {
         return false;
     }
-    let addr = (regs.ip as u64).wrapping_sub(1);
+    let addr = regs.pc().wrapping_sub(1);
     // Only where fctrace changed the text lately: otherwise the kernel reports the int3 as
     // it would without fctrace.
     if !RECENT.contains(addr, sys::clock_ns()) {
@@ -140,6 +170,7 @@ fn recover(regs: &mut sys::PtRegs) -> bool {
     true
 }
 
+#[cfg(target_arch = "x86_64")]
 /// # Safety
 ///
 /// Called only by the kernel's die notifier chain, with `data` a `struct die_args`.

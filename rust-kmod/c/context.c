@@ -17,8 +17,10 @@
 #include <linux/sched/task_stack.h>
 #include <linux/uaccess.h>
 #include <linux/version.h>
+#ifdef CONFIG_X86
 #include <asm/irq_stack.h>
 #include <asm/unwind.h>
+#endif
 #include "helpers.h"
 
 /*
@@ -65,10 +67,28 @@ static bool fctrace_may_poll(void)
 	       !rt_or_dl_task(current);
 }
 
+/*
+ * Whether the flags of @regs let the task sleep: interrupts on and, on x86-64, neither
+ * EFLAGS.AC (between stac and clac: a user copy, e.g. a call of rep_movs_alternative())
+ * nor DF set: x86-64 does not switch EFLAGS on a context switch, so sleeping there would
+ * run the next task on this CPU with SMAP off (or string instructions backwards). The
+ * trampoline counts any that gets there anyway (stats: trampoline_unsafe_flags). arm64
+ * saves PSTATE (PAN with it) with the task's registers.
+ */
+static bool fctrace_flags_sleepable(const struct pt_regs *regs)
+{
+#ifdef CONFIG_X86
+	return (regs->flags & X86_EFLAGS_IF) && !(regs->flags & (X86_EFLAGS_AC | X86_EFLAGS_DF));
+#else
+	return !regs_irqs_disabled(regs);
+#endif
+}
+
 int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bool irqs,
 			 bool *sleepable)
 {
 	unsigned int pc = preempt_count();
+	unsigned long sp = kernel_stack_pointer((struct pt_regs *)regs);
 	int rcu_depth = 0;
 
 	*sleepable = false;
@@ -115,7 +135,7 @@ int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bo
 	 * call_on_irqstack(), before they count as serving; exception stacks) is not part
 	 * of its call tree; with irqs it is shown as a softirq.
 	 */
-	if (regs->sp - (unsigned long)task_stack_page(current) >= THREAD_SIZE)
+	if (sp - (unsigned long)task_stack_page(current) >= THREAD_SIZE)
 		return irqs && !(current->flags & PF_EXITING) ? FCTRACE_CTX_SOFTIRQ :
 								FCTRACE_CTX_NONE;
 	/*
@@ -134,21 +154,16 @@ int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bo
 	 * an ordinary wait loop, and in the fair class: the work item it waits for runs
 	 * on this CPU, which a real-time task would not give up.
 	 *
-	 * Nor may a task with EFLAGS.AC set (between stac and clac: a user copy, e.g. a
-	 * call of rep_movs_alternative()) or DF set: x86-64 does not switch EFLAGS on a
-	 * context switch, so sleeping there would run the next task on this CPU with SMAP
-	 * off (or string instructions backwards). The trampoline counts any that gets
-	 * there anyway (stats: trampoline_unsafe_flags).
+	 * Nor may a task whose flags forbid it (fctrace_flags_sleepable()).
 	 *
 	 * Nor a task deep in its stack: the trampoline's frame, the wait and the scheduler
 	 * below it need room the call at hand may not have left (FCTRACE_STACK_RESERVE).
 	 */
-	*sleepable = regs->sp - (unsigned long)task_stack_page(current) >=
+	*sleepable = sp - (unsigned long)task_stack_page(current) >=
 			     max_t(unsigned long, READ_ONCE(stack_reserve), FCTRACE_STACK_RESERVE) &&
 		     !(pc & (PREEMPT_MASK | SOFTIRQ_MASK)) &&
 		     (task_is_running(current) || fctrace_may_poll()) &&
-		     (regs->flags & X86_EFLAGS_IF) &&
-		     !(regs->flags & (X86_EFLAGS_AC | X86_EFLAGS_DF)) &&
+		     fctrace_flags_sleepable(regs) &&
 		     rcu_preempt_depth() == rcu_depth && !pagefault_disabled() &&
 		     !(current->flags & (PF_EXITING | PF_MEMALLOC));
 	return FCTRACE_CTX_TASK;
@@ -202,11 +217,13 @@ unsigned long fctrace_rethook_saved_ret(unsigned long frame, unsigned long tramp
 	return 0;
 }
 
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(7, 0, 0)
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(7, 0, 0) || !defined(CONFIG_X86)
 /*
  * Since pcpu_hot was split up, the per-CPU pointer to the IRQ stack is a variable of
- * its own that is not exported: its address comes from kallsyms when tracing starts
- * (fctrace_set_hardirq_stack_ptr()). Until then no address is on an IRQ stack.
+ * its own that is not exported (arm64's always was): its address comes from kallsyms
+ * when tracing starts (fctrace_set_hardirq_stack_ptr()). Until then no address is on an
+ * IRQ stack. x86-64's (hardirq_stack_ptr) points to the stack's top word, arm64's
+ * (irq_stack_ptr) to its base.
  */
 static void __percpu *hardirq_stack_slot;
 
@@ -241,7 +258,11 @@ unsigned long fctrace_stack_key(unsigned long addr)
 	top = hardirq_stack_ptr_read();
 	if (!top)
 		return 0;
+#ifdef CONFIG_X86
 	top += 8;
+#else
+	top += IRQ_STACK_SIZE;
+#endif
 	if (top > IRQ_STACK_SIZE && addr - (top - IRQ_STACK_SIZE) < IRQ_STACK_SIZE)
 		return top;
 	return 0;

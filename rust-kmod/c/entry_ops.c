@@ -33,7 +33,17 @@ bool fctrace_maybe_traced(void)
  */
 static noinline void notrace fctrace_entry_traced(unsigned long ip, struct ftrace_regs *fregs)
 {
+#ifdef CONFIG_X86
 	struct pt_regs *regs = &arch_ftrace_regs(fregs)->regs;
+#else
+	/*
+	 * arm64's ftrace_regs holds the argument registers, the frame pointer, the link
+	 * register, the stack pointer and the pc, not a pt_regs: the handler gets a copy
+	 * (what it changes is not written back: on arm64 it neither hooks a return nor
+	 * redirects the task yet), with the interrupt mask of this context.
+	 */
+	struct pt_regs copy, *regs = ftrace_partial_regs(fregs, &copy);
+#endif
 	unsigned long list;
 	int bit;
 
@@ -56,8 +66,13 @@ static noinline void notrace fctrace_entry_traced(unsigned long ip, struct ftrac
 	 * whether the task may sleep by IF, AC and DF, which ftrace's trampoline did not
 	 * change.
 	 */
+#ifdef CONFIG_X86
 	if (!ftrace_get_regs(fregs))
 		regs->flags = native_save_fl();
+#else
+	if (irqs_disabled())
+		regs->pstate |= PSR_I_BIT;
+#endif
 	fctrace_entry_hook(ip, regs, (bit >> 8 ? 2 : 1) + !!list, !!list);
 	fctrace_recursion_unlock(bit);
 }

@@ -63,10 +63,12 @@ void fctrace_current_ids(u32 *pid, u32 *tgid)
 }
 
 /* The base of the gs segment on this CPU: where %gs-relative (per-CPU) reads read. */
+#ifdef CONFIG_X86
 unsigned long fctrace_gs_base(void)
 {
 	return raw_cpu_read(this_cpu_off);
 }
+#endif
 
 void fctrace_irq_restore(unsigned long flags)
 {

@@ -16,7 +16,7 @@ use crate::ksym::SymBuf;
 use crate::parse::OptionName;
 use crate::record::{Kind, Record, F_ARGS};
 use crate::shadow::ArgsDone;
-use crate::sys;
+use crate::sys::{self, Regs};
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use kernel::alloc::KVVec;
@@ -362,7 +362,7 @@ impl Tracer {
         if spec & SPEC_KNOWN == 0 {
             return done;
         }
-        let vals = [regs.di, regs.si, regs.dx, regs.cx, regs.r8, regs.r9].map(|v| v as u64);
+        let vals: [u64; crate::args::ARG_REGS] = core::array::from_fn(|i| regs.arg(i));
         let mut a = ArgArea::EMPTY;
         let n = args::spec_regs(spec);
         for (d, v) in a.regs.iter_mut().zip(vals.iter()).take(n) {

@@ -30,7 +30,7 @@
 //! the callee is armed ahead.
 
 use super::handlers::Callee;
-use super::returns::{return_site, stack_key};
+use super::returns::{is_return_site, stack_key};
 use super::site::Expect;
 use super::table::HOOK_TAIL;
 use super::tree::{Recorder, TaskData};
@@ -38,7 +38,7 @@ use super::{read_text, stack_word, tracer, Tracer, MAX_FRAMES};
 use crate::parse::OptionName;
 use crate::record::{Reason, F_INDIRECT, F_TAIL};
 use crate::retstack;
-use crate::sys;
+use crate::sys::{self, Regs};
 use core::sync::atomic::Ordering;
 use kernel::ffi::c_int;
 
@@ -134,7 +134,7 @@ impl Tracer {
         // call-site probe made this call (that frame is this function's), or that frame's
         // function jumped here (a tail call). Never a new call: a call writes a fresh
         // return address.
-        let ours = (word == return_site() || self.ret_hooks.contains(word))
+        let ours = (is_return_site(word) || self.ret_hooks.contains(word))
             .then(|| self.returns.saved(stack_key(entry_sp), entry_sp))
             .flatten();
         // Another return hook's address: its callback or kprobe ran before this handler
@@ -267,14 +267,14 @@ impl Tracer {
         let expect = d.expect.filter(|x| x.target == e.func);
         let func = e.func;
         // At the entry, the stack pointer points to the return address.
-        let entry_sp = regs.sp as u64;
+        let entry_sp = regs.sp();
         let (Some(word), _) = stack_word(entry_sp) else {
             return 0;
         };
         let rec = self.recorder_at(&cur, regs);
         let (ours, ret) = self.entry_return(entry_sp, word);
         let Some((site, tail, site_sp, indirect)) =
-            self.entry_site(e, &mut d, &rec, entry_sp, ours, ret, expect, regs.bp as u64)
+            self.entry_site(e, &mut d, &rec, entry_sp, ours, ret, expect, regs.fp())
         else {
             return 0;
         };
@@ -335,7 +335,7 @@ impl Tracer {
                     if indirect {
                         d.expect = expect;
                     }
-                    self.redirect_entry(&mut d, regs, ip, func)
+                    self.redirect_entry(&mut d, regs, ip, func);
                 }
                 // A breakpoint: the trampoline returns to the probed instruction, the
                 // pre-handler says it changed the instruction pointer.
@@ -347,8 +347,9 @@ impl Tracer {
                     if indirect {
                         d.expect = expect;
                     }
-                    self.redirect(&mut d, regs, addr, func);
-                    return 1;
+                    if self.redirect(&mut d, regs, addr, func) {
+                        return 1;
+                    }
                 }
                 // The callee runs (or will, whatever fctrace asks) before it can be armed.
                 Via::Shared(_) | Via::Kprobe { trapped: false, .. } => {

@@ -12,11 +12,12 @@
 use super::site::{SiteData, SiteKind, Target};
 use super::table::FuncState;
 use super::tree::{task_running, Ctx, Cur, Recorder, TaskData};
+use super::wait::CAN_REDIRECT;
 use super::{read_word, tracer, Tracer, MAX_FRAMES};
 use crate::kprobe::{Handler, Probe};
 use crate::parse::OptionName;
 use crate::record::{Reason, F_FAULT, F_INDIRECT, F_TAIL};
-use crate::sys;
+use crate::sys::{self, Regs};
 use core::sync::atomic::Ordering;
 use kernel::ffi::c_int;
 
@@ -52,13 +53,14 @@ impl Handler for SiteData {
 
     fn pre(p: &Probe<SiteData>, regs: &mut sys::PtRegs) -> c_int {
         let Some(tr) = tracer() else { return 0 };
+        // Pre- and post-sites are x86-64's (`step.rs`).
+        #[cfg(target_arch = "x86_64")]
         if p.data.at_post {
-            tr.on_post_site(&p.data, regs)
+            return tr.on_post_site(&p.data, regs);
         } else if p.data.pre != 0 {
-            tr.on_pre_site(&p.data, regs)
-        } else {
-            tr.on_site(&p.data, regs, 0)
+            return tr.on_pre_site(&p.data, regs);
         }
+        tr.on_site(&p.data, regs, 0)
     }
 }
 
@@ -102,45 +104,11 @@ pub(super) enum Callee {
     Wait,
 }
 
-/// The offsets in `pt_regs` of the general purpose registers, in x86 encoding order.
-const REG_OFFSETS: [usize; 16] = {
-    use core::mem::offset_of;
-    type R = sys::PtRegs;
-    [
-        offset_of!(R, ax),
-        offset_of!(R, cx),
-        offset_of!(R, dx),
-        offset_of!(R, bx),
-        offset_of!(R, sp),
-        offset_of!(R, bp),
-        offset_of!(R, si),
-        offset_of!(R, di),
-        offset_of!(R, r8),
-        offset_of!(R, r9),
-        offset_of!(R, r10),
-        offset_of!(R, r11),
-        offset_of!(R, r12),
-        offset_of!(R, r13),
-        offset_of!(R, r14),
-        offset_of!(R, r15),
-    ]
-};
-
-/// General purpose register `r` (x86 encoding order, the low 4 bits) of `regs`: one load
-/// (the emulation of a pre-site reads every register for each call it computes).
+/// General purpose register `r` of `regs`, as the decoder numbers it: one load (the
+/// emulation of a pre-site reads every register for each call it computes).
 #[inline]
 pub(super) fn reg(regs: &sys::PtRegs, r: u8) -> u64 {
-    let off = REG_OFFSETS[usize::from(r & 15)];
-    // SAFETY: `off` is the offset of an `unsigned long` field of `*regs` (the table
-    // above), so the read is in bounds and aligned.
-    unsafe {
-        core::ptr::read(
-            (regs as *const sys::PtRegs)
-                .cast::<u8>()
-                .add(off)
-                .cast::<u64>(),
-        )
-    }
+    regs.gpr(r)
 }
 
 /// Where a call or jump at `site` goes, with the registers it runs with; `None` when
@@ -257,7 +225,7 @@ impl Tracer {
         if d.wait.guard || d.stack.depth() == 0 {
             return Done(0);
         }
-        let sp = regs.sp as u64;
+        let sp = regs.sp();
         if d.stack.suppressed(sp) {
             return Done(0);
         }
@@ -283,14 +251,15 @@ impl Tracer {
         // frame here: `preempt.rs`.)
         if top != site.func
             && !(self.preempt.is_schedule(site.func)
-                && self.open_preempted(&cur, &mut d, site.addr, sp, regs.bp as u64))
+                && self.open_preempted(&cur, &mut d, site.addr, sp, regs.fp()))
         {
             return Done(0);
         }
         // lossless: the buffer is filling faster than the reader empties it; the task
         // waits in the trampoline, then makes this call again (and it is recorded).
         // (Not a task in a wait loop's state: the throttle's wait sleeps.)
-        if cur.sleepable
+        if CAN_REDIRECT
+            && cur.sleepable
             && d.wait.last_throttle != site.addr
             && self.should_throttle()
             && task_running()
@@ -309,7 +278,7 @@ impl Tracer {
             ),
             SiteKind::Tail(t) | SiteKind::TailIf(t, _) => {
                 if let SiteKind::TailIf(_, cc) = site.kind {
-                    if !cc.holds(regs.flags as u64) {
+                    if !cc.holds(regs.flags()) {
                         return Done(0);
                     }
                 }
@@ -374,8 +343,9 @@ impl Tracer {
             }
             Callee::Wait if early => return SiteCall::Step,
             Callee::Wait => {
-                self.redirect(&mut d, regs, site.addr, target);
-                return Done(1);
+                if self.redirect(&mut d, regs, site.addr, target) {
+                    return Done(1);
+                }
             }
         }
         Done(0)
@@ -397,7 +367,7 @@ impl Tracer {
             return 0;
         }
         let func = self.root.load(Ordering::Relaxed);
-        if open_tree(&self.recorder_at(&cur, regs), &mut d, func, regs.sp as u64) {
+        if open_tree(&self.recorder_at(&cur, regs), &mut d, func, regs.sp()) {
             d.wait.nowait = false;
         }
         0
@@ -415,7 +385,7 @@ impl Tracer {
     /// call, drawn by its entry hook: `regs` is NULL there.
     fn on_fault(&self, p: &Probe<Hook>, regs: &mut sys::PtRegs, func: u64) -> c_int {
         const FAULT_FLAG_USER: u64 = 1 << 6;
-        let (flags, fault_regs) = (regs.dx as u64, regs.cx as u64);
+        let (flags, fault_regs) = (regs.arg(2), regs.arg(3));
         if fault_regs == 0 || flags & FAULT_FLAG_USER != 0 {
             return 0;
         }
@@ -432,14 +402,14 @@ impl Tracer {
         if d.wait.guard || d.stack.depth() == 0 {
             return 0;
         }
-        let entry_sp = regs.sp as u64;
+        let entry_sp = regs.sp();
         let sp = entry_sp + 8;
         // A fault inside a call left out (hidden by the filter) is left out with it.
         if d.stack.suppresses(sp) {
             return 0;
         }
         // Where the task faulted: the faulting instruction, as the call's site.
-        let ip_at = fault_regs + core::mem::offset_of!(sys::PtRegs, ip) as u64;
+        let ip_at = fault_regs + sys::PC_OFFSET;
         let site = read_word(ip_at).unwrap_or(0);
         let rec = self.recorder_at(&cur, regs);
         self.stats.page_faults.fetch_add(1, Ordering::Relaxed);
@@ -491,7 +461,7 @@ impl Tracer {
         let Some((_, mut d)) = (unsafe { self.tree(&cur) }) else {
             return 0;
         };
-        open_tree(&self.recorder_at(&cur, regs), &mut d, func, regs.sp as u64);
+        open_tree(&self.recorder_at(&cur, regs), &mut d, func, regs.sp());
         0
     }
 
@@ -517,14 +487,14 @@ impl Tracer {
         // A new system call: whatever is still open belongs to one whose return was not
         // seen (it left through a path no probe covers).
         d.stack.close_returning(&rec, u64::MAX, 0, 0, false);
-        let nr = (regs.si as u64) & 0xffff_ffff;
+        let nr = regs.arg(1) & 0xffff_ffff;
         let table = self.syscall_table.load(Ordering::Relaxed);
         let target = if nr < MAX_SYSCALLS {
             read_word(table + 8 * nr)
         } else {
             None
         };
-        let sp = regs.sp as u64;
+        let sp = regs.sp();
         let hook_addr = p.addr();
         // A new trace, unless the task is back from the trampoline for this call.
         if d.wait.last_redirect != hook_addr {
@@ -550,8 +520,9 @@ impl Tracer {
                 return 0;
             }
             Callee::Wait => {
-                self.redirect(&mut d, regs, hook_addr, target);
-                return 1;
+                if self.redirect(&mut d, regs, hook_addr, target) {
+                    return 1;
+                }
             }
             Callee::Leaf(r) => rec.leaf_at(0, r, target, hook_addr),
             Callee::Unarmed(r) => {
@@ -600,7 +571,7 @@ impl Tracer {
             return 0;
         }
         // SAFETY: `wake_up_new_task`'s first argument is a live `task_struct`.
-        let child = unsafe { sys::task_tgid(regs.di as u64) };
+        let child = unsafe { sys::task_tgid(regs.arg(0)) };
         if child == cur.tgid || self.is_traced(child) {
             return 0;
         }

@@ -95,9 +95,11 @@ pub(crate) const DEFAULT_BUFFER_KB: u64 = 1024;
 static TRACER: AtomicPtr<Tracer> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The engine as the trap notifier's client ([`crate::trap_notifier::Guard`]): single
-/// steps are the engine's own.
+/// steps are the engine's own (x86-64's trap flag).
+#[cfg(target_arch = "x86_64")]
 pub(crate) struct Traps;
 
+#[cfg(target_arch = "x86_64")]
 impl crate::trap_notifier::TrapClient for Traps {
     fn on_debug(regs: &mut sys::PtRegs, dr6: *mut kernel::ffi::c_ulong) -> bool {
         step::on_debug(regs, dr6)

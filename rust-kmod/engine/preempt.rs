@@ -29,7 +29,7 @@ use crate::kprobe::Probe;
 use crate::ksym::{addr_of, SymBuf};
 use crate::record::Reason;
 use crate::shadow::MAX_FRAMES;
-use crate::sys;
+use crate::sys::{self, Regs};
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use kernel::c_str;
 use kernel::ffi::c_int;
@@ -284,7 +284,7 @@ impl Tracer {
             return 0;
         }
         // `__schedule()`'s entry stack pointer: the call pushes the return address.
-        let sp = (regs.sp as u64).wrapping_sub(8);
+        let sp = regs.sp().wrapping_sub(8);
         if d.stack.suppresses(sp) {
             return 0;
         }

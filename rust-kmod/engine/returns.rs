@@ -33,6 +33,8 @@ use crate::kprobe;
 use crate::parse::OptionName;
 use crate::retstack::RetStack;
 use crate::sys;
+#[cfg(target_arch = "x86_64")]
+use crate::sys::Regs;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::alloc::KVVec;
@@ -262,7 +264,21 @@ impl Returns {
     }
 }
 
-pub(crate) use crate::sys::{return_site_addr as return_site, stack_key};
+#[cfg(target_arch = "x86_64")]
+use crate::sys::return_site_addr as return_site;
+pub(crate) use crate::sys::stack_key;
+
+/// Whether `word` is fctrace's return address (`fctrace_return_site`). arm64 has no
+/// return trampoline yet: no word is.
+pub(crate) fn is_return_site(word: u64) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return word == return_site();
+    #[cfg(not(target_arch = "x86_64"))]
+    return {
+        let _ = word;
+        false
+    };
+}
 
 impl Tracer {
     /// Whether returns may be hooked now, by the current context: tracing is on and the
@@ -274,8 +290,21 @@ impl Tracer {
     /// A frame opened at a function's entry, whose return address is on top of the stack at
     /// `retp`: replaces it with the trampoline's, unless it is hooked already (a tail call
     /// of a frame whose return is hooked). In a probe handler of the context that owns the
-    /// stack. Returns whether the return is hooked (now or before).
+    /// stack. Returns whether the return is hooked (now or before): never on arm64, whose
+    /// return trampoline is not written yet (see `sys/own.rs`).
     pub(crate) fn hook_return(&self, retp: u64) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return self.hook_stack_word(retp);
+        #[cfg(not(target_arch = "x86_64"))]
+        return {
+            let _ = retp;
+            false
+        };
+    }
+
+    /// [`Self::hook_return`] on x86-64: the return address is the word at `retp`.
+    #[cfg(target_arch = "x86_64")]
+    fn hook_stack_word(&self, retp: u64) -> bool {
         let frs = return_site();
         let (Some(orig), key) = super::stack_word(retp) else {
             return false;
@@ -306,8 +335,18 @@ impl Tracer {
 
     /// An int3 handler makes the call of `target` itself, with return address `ret`
     /// replaced by the trampoline's (when there is room): the pre-handler then returns 1.
+    /// On arm64 the call is made with `ret`: no return is hooked there yet.
+    #[cfg(not(target_arch = "x86_64"))]
     pub(crate) fn hooked_call(&self, regs: &mut sys::PtRegs, ret: u64, target: u64) {
-        let retp = (regs.sp as u64).wrapping_sub(8);
+        self.stats.returns_unhooked.fetch_add(1, Ordering::Relaxed);
+        kprobe::emulate_call(regs, ret, target);
+    }
+
+    /// An int3 handler makes the call of `target` itself, with return address `ret`
+    /// replaced by the trampoline's (when there is room): the pre-handler then returns 1.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn hooked_call(&self, regs: &mut sys::PtRegs, ret: u64, target: u64) {
+        let retp = regs.sp().wrapping_sub(8);
         let key = stack_key(retp);
         let hooked = key != 0 && self.may_hook() && {
             let pushed = self.returns.push_call(key, retp, ret);
@@ -330,6 +369,14 @@ impl Tracer {
     /// hook took over cannot be: it stays live (counted) and returns through the
     /// trampoline later.
     pub(crate) fn restore_returns(&self) {
+        // arm64: no word is ever replaced (see `hook_return`).
+        #[cfg(target_arch = "x86_64")]
+        self.restore_stack_words();
+    }
+
+    /// [`Self::restore_returns`] on x86-64.
+    #[cfg(target_arch = "x86_64")]
+    fn restore_stack_words(&self) {
         let frs = return_site();
         let mut missed = 0;
         let mut restored = false;

@@ -57,6 +57,11 @@
 //! is the one that call returns with. Every task pays two jumps to detours instead of a
 //! breakpoint trap; the traced task steps to the site only when the call needs the
 //! site's handler itself (the callee is not armed yet, or the lossless wait).
+//!
+//! All of this is x86-64's: on arm64 (no optimized kprobes) nothing here is built but
+//! the per-task bookkeeping the rest of the engine shares.
+
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
 
 use super::handlers::{reg, SiteCall};
 use super::site::{Expect, SiteData, SiteKind, Step};
@@ -67,13 +72,15 @@ use super::{load_kernel, tracer, Tracer};
 use crate::emulate;
 use crate::parse::OptionName;
 use crate::presite;
-use crate::sys;
+use crate::sys::{self, Regs};
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::ffi::{c_int, c_ulong};
 
 /// EFLAGS.TF: a debug trap after each instruction.
+#[cfg(target_arch = "x86_64")]
 const X86_EFLAGS_TF: u64 = 1 << 8;
 /// DR6.BS: the debug trap is a single step.
+#[cfg(target_arch = "x86_64")]
 const DR_STEP: c_ulong = 1 << 14;
 /// The length of a direct call (`e8 rel32`), the only kind of call with a post-site.
 const CALL_LEN: u64 = 5;
@@ -130,8 +137,10 @@ pub(crate) fn stepping_end_all(pid: u32) {
 }
 
 /// The registers and memory a pre-site program runs on: the probe's saved registers.
+#[cfg(target_arch = "x86_64")]
 struct PreSiteRegs<'a>(&'a sys::PtRegs);
 
+#[cfg(target_arch = "x86_64")]
 impl emulate::Machine for PreSiteRegs<'_> {
     #[inline]
     fn reg(&self, r: emulate::Reg) -> u64 {
@@ -155,6 +164,7 @@ impl emulate::Machine for PreSiteRegs<'_> {
 /// pre-site values); and whether all six argument registers are known (the `args`
 /// option draws the call's arguments only then). `None` if the stack pointer is not
 /// known.
+#[cfg(target_arch = "x86_64")]
 fn at_call(site: &SiteData, regs: &sys::PtRegs) -> Option<(sys::PtRegs, bool)> {
     let end = site.prog.as_ref()?.run(&PreSiteRegs(regs));
     let sp = end.target?;
@@ -186,7 +196,7 @@ fn at_call(site: &SiteData, regs: &sys::PtRegs) -> Option<(sys::PtRegs, bool)> {
 pub(super) fn from_detour(regs: &sys::PtRegs) -> bool {
     let end = (regs as *const sys::PtRegs as u64)
         .wrapping_add(core::mem::size_of::<sys::PtRegs>() as u64);
-    end == regs.sp as u64
+    end == regs.sp()
 }
 
 impl Tracer {
@@ -194,6 +204,7 @@ impl Tracer {
     /// the call site. Runs in the detour (interrupts as they were, preemption disabled
     /// once by kprobes) or, until the probe is optimized, in its breakpoint trap. Never
     /// changes `regs.ip` (the detour ignores it).
+    #[cfg(target_arch = "x86_64")]
     pub(super) fn on_pre_site(&self, site: &SiteData, regs: &mut sys::PtRegs) -> c_int {
         let irqs = self.settings.option(OptionName::Irqs);
         let via = u32::from(from_detour(regs));
@@ -209,7 +220,7 @@ impl Tracer {
         // after this handler: kprobes runs the newer of two probes at one address first.
         // The frame of that call, which has just returned (entered 8 bytes below this
         // stack pointer, from the call that ends here), is closed here, with its value.
-        let sp = regs.sp as u64;
+        let sp = regs.sp();
         if let Some(t) = d.stack.top() {
             if t.func != site.func
                 && t.entry_sp.wrapping_add(8) == sp
@@ -217,7 +228,7 @@ impl Tracer {
             {
                 let retval_on = self.settings.option(OptionName::Retval);
                 d.stack
-                    .close_returning(&self.recorder(&cur), sp - 8, 0, regs.ax as u64, retval_on);
+                    .close_returning(&self.recorder(&cur), sp - 8, 0, regs.retval(), retval_on);
             }
         }
         // The same early checks as the call-site handler's: a task in the trampoline, or
@@ -304,6 +315,7 @@ impl Tracer {
 
     /// Has the task single-step from the pre-site to the call site (the trap flag in
     /// `regs`), where the step's trap runs the call-site handler.
+    #[cfg(target_arch = "x86_64")]
     fn step_to_site(
         &self,
         d: &mut TaskData,
@@ -341,6 +353,7 @@ impl Tracer {
     /// was opened at this call (its entry stack pointer 8 below this one) closes it, with
     /// the value returned, as the return hook would have. Runs in the detour (or, until
     /// the probe is optimized, in its breakpoint trap).
+    #[cfg(target_arch = "x86_64")]
     pub(super) fn on_post_site(&self, site: &SiteData, regs: &mut sys::PtRegs) -> c_int {
         let irqs = self.settings.option(OptionName::Irqs);
         let via = u32::from(from_detour(regs));
@@ -354,10 +367,10 @@ impl Tracer {
         if d.wait.guard {
             return 0;
         }
-        let retp = (regs.sp as u64).wrapping_sub(8);
+        let retp = regs.sp().wrapping_sub(8);
         let callee = site.kind.direct_callee().unwrap_or(0);
         // Past a call not followed (hidden by the filter), as after a hooked return.
-        let _ = d.stack.suppressed(regs.sp as u64);
+        let _ = d.stack.suppressed(regs.sp());
         let ours = d
             .stack
             .frames()
@@ -371,7 +384,7 @@ impl Tracer {
         let retval_on = self.settings.option(OptionName::Retval);
         let rec = self.recorder(&cur);
         d.stack
-            .close_returning(&rec, retp, 0, regs.ax as u64, retval_on);
+            .close_returning(&rec, retp, 0, regs.retval(), retval_on);
         self.release_if_done(slot, d);
         0
     }
@@ -379,6 +392,7 @@ impl Tracer {
     /// A single-step trap of the current task (`regs` its registers): goes on stepping,
     /// or runs the call-site handler once the task stands on the site. Returns whether
     /// the trap was fctrace's.
+    #[cfg(target_arch = "x86_64")]
     fn on_step(&self, regs: &mut sys::PtRegs) -> bool {
         let irqs = self.settings.option(OptionName::Irqs);
         let Some(cur) = self.current_in(regs, sys::VIA_DIE, irqs) else {
@@ -394,7 +408,7 @@ impl Tracer {
             let Some(step) = d.step.as_mut() else {
                 return false;
             };
-            if regs.ip as u64 != step.site.addr {
+            if regs.pc() != step.site.addr {
                 if step.left > 0 {
                     step.left -= 1;
                     return true;
@@ -412,7 +426,7 @@ impl Tracer {
         self.on_site(&site, regs, sys::VIA_DIE);
         // Sent to the arming trampoline, which returns to the site: step again from
         // there (see `resume_after_wait`).
-        if regs.ip as u64 == sys::trampoline_addr() {
+        if regs.pc() == sys::trampoline_addr() {
             // SAFETY: as above; the handler's reference to the tree has ended.
             if let Some((_, mut d)) = unsafe { self.tree(&cur) } {
                 d.step = Some(Step {
@@ -451,6 +465,7 @@ impl Tracer {
 
 /// Whether a debug trap with debug status `*dr6` is a single step of kernel code with the
 /// trap flag set.
+#[cfg(target_arch = "x86_64")]
 fn kernel_step(regs: &sys::PtRegs, dr6: *mut c_ulong) -> bool {
     // SAFETY: for DIE_DEBUG the notifier's `err` is the trap's pointer to its DR6 copy,
     // valid for the trap's duration (checked for null by the caller).
@@ -463,6 +478,7 @@ fn kernel_step(regs: &sys::PtRegs, dr6: *mut c_ulong) -> bool {
 /// A debug trap (`DIE_DEBUG`) with debug status `*dr6`, from the module's die notifier:
 /// handles fctrace's single steps. Returns whether the trap was fctrace's (the notifier
 /// then stops the chain).
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn on_debug(regs: &mut sys::PtRegs, dr6: *mut c_ulong) -> bool {
     if !kernel_step(regs, dr6) {
         return false;
@@ -494,6 +510,7 @@ pub(crate) fn on_debug(regs: &mut sys::PtRegs, dr6: *mut c_ulong) -> bool {
 /// fctrace's to account for it; until that path is known, such a trap of a thread inside
 /// a trace while tracing is on is taken as fctrace's: ended, counted
 /// (`single_steps_unclaimed`) and named in `error_log`. Any other is the kernel's.
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn on_debug_unclaimed(regs: &mut sys::PtRegs, dr6: *mut c_ulong) -> bool {
     if !kernel_step(regs, dr6) {
         return false;
@@ -511,7 +528,7 @@ pub(crate) fn on_debug_unclaimed(regs: &mut sys::PtRegs, dr6: *mut c_ulong) -> b
         .fetch_add(1, Ordering::Relaxed);
     if tr
         .unclaimed_step
-        .compare_exchange(0, regs.ip as u64, Ordering::AcqRel, Ordering::Relaxed)
+        .compare_exchange(0, regs.pc(), Ordering::AcqRel, Ordering::Relaxed)
         .is_ok()
     {
         tr.kick_work();

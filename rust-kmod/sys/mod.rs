@@ -22,18 +22,24 @@ use crate::bindings;
 
 mod notifier;
 mod own;
+mod regs;
 mod series;
 mod stack;
 
-pub(crate) use own::{
-    entry_trampoline_addr, ret_insn_addr, return_site_addr, this_module, trampoline_addr,
-};
+pub(crate) use own::this_module;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use own::{entry_trampoline_addr, ret_insn_addr, return_site_addr, trampoline_addr};
+#[cfg(target_arch = "aarch64")]
+pub(crate) use regs::set_lr;
+pub(crate) use regs::{Regs, PC_OFFSET};
 pub(crate) use series::{truncate, user_slice, HARDIRQ_STACK_PTR};
 pub(crate) use stack::*;
 
-pub(crate) use notifier::{
-    modules_gone, Chain, DieArgs, ModuleWatch, Notifier, NotifierBlock, DIE_DEBUG, DIE_INT3,
-};
+pub(crate) use notifier::{modules_gone, ModuleWatch};
+#[cfg(target_arch = "x86_64")]
+pub(crate) use notifier::{Chain, DieArgs, Notifier, NotifierBlock};
+#[cfg(target_arch = "x86_64")]
+pub(crate) use notifier::{DIE_DEBUG, DIE_INT3};
 
 /// Makes a guard `!Send`: what it undoes on drop must be undone on the CPU or task that
 /// did it.
@@ -129,6 +135,7 @@ pub(crate) fn nr_cpu_ids() -> u32 {
 
 /// This CPU's gs base (its per-CPU offset). Call with preemption off, or the answer may
 /// be another CPU's.
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn gs_base() -> u64 {
     // SAFETY: reads a per-CPU variable.
     unsafe { bindings::fctrace_gs_base() as u64 }

@@ -90,8 +90,10 @@ impl Drop for Notifier {
 /// The arguments of a die notifier's event (`struct die_args`).
 pub(crate) type DieArgs = bindings::die_args;
 /// The die notifier's event of a single-step (debug) trap.
+#[cfg(target_arch = "x86_64")]
 pub(crate) const DIE_DEBUG: c_ulong = bindings::die_val_DIE_DEBUG as c_ulong;
 /// The die notifier's event of a breakpoint (`int3`) trap.
+#[cfg(target_arch = "x86_64")]
 pub(crate) const DIE_INT3: c_ulong = bindings::die_val_DIE_INT3 as c_ulong;
 
 /// A module notifier counting unloads (see [`modules_gone`]); unregistered on drop.

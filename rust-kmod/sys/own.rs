@@ -2,35 +2,44 @@
 
 //! The module's own code and data, by address: the labels of `trampoline.S` and the
 //! module's `struct module`. Only their addresses are taken, never what is there, which
-//! needs no `unsafe` (rustc 1.82 and later).
+//! needs no `unsafe` (rustc 1.82 and later). The trampolines are x86-64's: arm64's are
+//! not written yet, and tracing is refused there (`engine/session.rs`).
 
 use crate::bindings;
 
+#[cfg(target_arch = "x86_64")]
 extern "C" {
     static fctrace_trampoline: [u8; 0];
     static fctrace_entry_trampoline: [u8; 0];
     static fctrace_return_site: [u8; 0];
     static fctrace_ret_site: [u8; 0];
+}
+
+extern "C" {
     // Defined by modpost's `.mod.c`: what `THIS_MODULE` is in C.
     static __this_module: [u8; 0];
 }
 
 /// The arming trampoline (`trampoline.S`), where a probe sends a task to wait.
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn trampoline_addr() -> u64 {
     core::ptr::addr_of!(fctrace_trampoline) as u64
 }
 
 /// Where an entry hook sends a task that waits for its function to be armed.
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn entry_trampoline_addr() -> u64 {
     core::ptr::addr_of!(fctrace_entry_trampoline) as u64
 }
 
 /// Where a followed function returns to instead of its caller (`fctrace_return_site`).
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn return_site_addr() -> u64 {
     core::ptr::addr_of!(fctrace_return_site) as u64
 }
 
 /// A bare RET of the module, patched at load like every return (see `trampoline.S`).
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn ret_insn_addr() -> u64 {
     core::ptr::addr_of!(fctrace_ret_site) as u64
 }

@@ -11,11 +11,14 @@ use kernel::uaccess::UserSlice;
 
 /// The per-CPU variable that points to this CPU's hard-interrupt stack, which is not
 /// exported and is looked up by name ([`super::set_hardirq_stack_ptr`]): 7.x's own
-/// variable; `None` on 6.12, whose `pcpu_hot` holding it is exported.
-#[cfg(fctrace_kernel_7)]
+/// variable on x86-64; `None` on 6.12, whose `pcpu_hot` holding it is exported; arm64's
+/// `irq_stack_ptr`.
+#[cfg(all(fctrace_kernel_7, target_arch = "x86_64"))]
 pub(crate) const HARDIRQ_STACK_PTR: Option<&CStr> = Some(kernel::c_str!("hardirq_stack_ptr"));
-#[cfg(not(fctrace_kernel_7))]
+#[cfg(all(not(fctrace_kernel_7), target_arch = "x86_64"))]
 pub(crate) const HARDIRQ_STACK_PTR: Option<&CStr> = None;
+#[cfg(target_arch = "aarch64")]
+pub(crate) const HARDIRQ_STACK_PTR: Option<&CStr> = Some(kernel::c_str!("irq_stack_ptr"));
 
 /// The user memory at `addr`, `len` bytes long.
 pub(crate) fn user_slice(addr: usize, len: usize) -> UserSlice {

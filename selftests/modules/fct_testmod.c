@@ -45,10 +45,12 @@
 #include <linux/spinlock.h>
 #include <linux/string.h>
 #include <linux/uaccess.h>
+#ifdef CONFIG_X86
 #include <asm/linkage.h>
 #include <asm/nospec-branch.h>
 #include <asm/debugreg.h>
 #include <asm/processor-flags.h>
+#endif
 
 enum fct_testmod_match {
 	FCT_TESTMOD_EXACT,
@@ -190,6 +192,11 @@ static const struct proc_ops fct_testmod_edge_ops = {
 };
 
 /*
+ * The callee-pop call and the single step below are x86-64's (trace/callee_pop.tc,
+ * trace/foreign_step.tc): on other architectures their files are not made.
+ */
+#ifdef CONFIG_X86
+/*
  * A callee-pop call, as 32-bit stdcall code makes them (trace/callee_pop.tc):
  * fct_testmod_cp_outer(v) pushes v and calls fct_testmod_cp_inner(), which loads it and
  * returns with `ret $8`, taking it off the stack. Its return leaves the stack pointer 8
@@ -312,6 +319,45 @@ static const struct proc_ops fct_testmod_step_ops = {
 	.proc_read = fct_testmod_step_read,
 };
 
+static struct proc_dir_entry *fct_testmod_cp_entry;
+static struct proc_dir_entry *fct_testmod_step_entry;
+
+static int fct_testmod_arch_init(void)
+{
+	int err = register_die_notifier(&fct_testmod_nb);
+
+	if (err)
+		return err;
+	fct_testmod_cp_entry = proc_create("fct_testmod_calleepop", 0200, NULL,
+					   &fct_testmod_cp_ops);
+	fct_testmod_step_entry = proc_create("fct_testmod_step", 0600, NULL,
+					     &fct_testmod_step_ops);
+	if (!fct_testmod_cp_entry || !fct_testmod_step_entry) {
+		proc_remove(fct_testmod_cp_entry);
+		proc_remove(fct_testmod_step_entry);
+		unregister_die_notifier(&fct_testmod_nb);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void fct_testmod_arch_exit(void)
+{
+	proc_remove(fct_testmod_cp_entry);
+	proc_remove(fct_testmod_step_entry);
+	unregister_die_notifier(&fct_testmod_nb);
+}
+#else
+static int fct_testmod_arch_init(void)
+{
+	return 0;
+}
+
+static void fct_testmod_arch_exit(void)
+{
+}
+#endif
+
 static DECLARE_WAIT_QUEUE_HEAD(fct_testmod_kt_wq);
 static DECLARE_COMPLETION(fct_testmod_kt_done);
 static DEFINE_MUTEX(fct_testmod_kt_lock);
@@ -417,10 +463,8 @@ static const struct proc_ops fct_testmod_work_ops = {
 	.proc_write = fct_testmod_work_write,
 };
 
-static struct proc_dir_entry *fct_testmod_step_entry;
 static struct proc_dir_entry *fct_testmod_entry;
 static struct proc_dir_entry *fct_testmod_edge_entry;
-static struct proc_dir_entry *fct_testmod_cp_entry;
 static struct proc_dir_entry *fct_testmod_kt_entry;
 static struct proc_dir_entry *fct_testmod_work_entry;
 
@@ -428,8 +472,6 @@ static void fct_testmod_remove(void)
 {
 	proc_remove(fct_testmod_work_entry);
 	proc_remove(fct_testmod_kt_entry);
-	proc_remove(fct_testmod_cp_entry);
-	proc_remove(fct_testmod_step_entry);
 	proc_remove(fct_testmod_edge_entry);
 	proc_remove(fct_testmod_entry);
 }
@@ -442,7 +484,7 @@ static int __init fct_testmod_init(void)
 	fct_testmod_kt = kthread_run(fct_testmod_kthread_fn, NULL, "fct_testmod_kt");
 	if (IS_ERR(fct_testmod_kt))
 		return PTR_ERR(fct_testmod_kt);
-	err = register_die_notifier(&fct_testmod_nb);
+	err = fct_testmod_arch_init();
 	if (err) {
 		kthread_stop(fct_testmod_kt);
 		return err;
@@ -450,18 +492,14 @@ static int __init fct_testmod_init(void)
 	fct_testmod_entry = proc_create("fct_testmod", 0200, NULL, &fct_testmod_ops);
 	fct_testmod_edge_entry = proc_create("fct_testmod_edge", 0200, NULL,
 					     &fct_testmod_edge_ops);
-	fct_testmod_cp_entry = proc_create("fct_testmod_calleepop", 0200, NULL,
-					   &fct_testmod_cp_ops);
-	fct_testmod_step_entry = proc_create("fct_testmod_step", 0600, NULL,
-					     &fct_testmod_step_ops);
 	fct_testmod_kt_entry = proc_create("fct_testmod_kthread", 0600, NULL,
 					   &fct_testmod_kt_ops);
 	fct_testmod_work_entry = proc_create("fct_testmod_work", 0200, NULL,
 					     &fct_testmod_work_ops);
-	if (!fct_testmod_entry || !fct_testmod_edge_entry || !fct_testmod_cp_entry ||
-	    !fct_testmod_step_entry || !fct_testmod_kt_entry || !fct_testmod_work_entry) {
+	if (!fct_testmod_entry || !fct_testmod_edge_entry || !fct_testmod_kt_entry ||
+	    !fct_testmod_work_entry) {
 		fct_testmod_remove();
-		unregister_die_notifier(&fct_testmod_nb);
+		fct_testmod_arch_exit();
 		kthread_stop(fct_testmod_kt);
 		return -ENOMEM;
 	}
@@ -472,7 +510,7 @@ static void __exit fct_testmod_exit(void)
 {
 	/* The files first: proc_remove() waits for the reads and writes under way. */
 	fct_testmod_remove();
-	unregister_die_notifier(&fct_testmod_nb);
+	fct_testmod_arch_exit();
 	kthread_stop(fct_testmod_kt);
 	cancel_work_sync(&fct_testmod_work);
 }

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 use crate::util::{bail, cache_root, echo, note, repo_root, Result};
 
-/// The kernel: its ABI name (the release) and the version of its packages.
+/// The amd64 kernel's ABI name (the release), and the version of the kernel's packages.
 pub const ABI: &str = "7.3.4+deb13-amd64";
 pub const KERNEL_VERSION: &str = "7.3.4-1~bpo13+1";
 /// The source package's series (`linux-source-7.3`).
@@ -76,19 +76,109 @@ const GUEST_PACKAGES: &[&str] = &[
 /// its file system. Their dependencies come along (`modules.dep`).
 const GUEST_MODULES: &[&str] = &["virtio_blk", "ext4"];
 
+/// One of Debian's kernels of the release above, and how modules are built for it.
+pub struct Target {
+    /// Debian's name of the architecture.
+    pub arch: &'static str,
+    /// The kernel's ABI name (its release).
+    pub abi: &'static str,
+    /// `make`'s variables for it: none for the host's own, `ARCH` and `CROSS_COMPILE`
+    /// for another.
+    make_vars: &'static str,
+    /// The compiler `CONFIG_CC_VERSION_TEXT` names, as the root has it.
+    gcc: &'static str,
+}
+
+/// Debian's amd64 kernel (`--profile debian`): its root is the one described above.
+pub const AMD64: Target = Target {
+    arch: "amd64",
+    abi: ABI,
+    make_vars: "",
+    gcc: "x86_64-linux-gnu-gcc-14",
+};
+
+/// Debian's arm64 kernel (`--profile debian-arm64`), the same release, built in a root
+/// of its own by the cross compiler of the same GCC. Its foreign packages are
+/// downloaded for `arm64` and unpacked, not installed: the kernel's image and modules,
+/// its headers (only their `.config`, `Module.symvers` and `vmlinux` are used) and the
+/// guest's busybox.
+pub const ARM64: Target = Target {
+    arch: "arm64",
+    abi: "7.3.4+deb13-arm64",
+    make_vars: "ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu-",
+    gcc: "aarch64-linux-gnu-gcc-14",
+};
+
+/// The pinned and unpinned packages the arm64 root installs besides [`PINNED`]'s
+/// toolchain and source (instead of the amd64 headers): the cross compiler.
+const ARM64_PINNED: &[(&str, &str)] = &[("gcc-14-aarch64-linux-gnu", "14.2.0-19cross1")];
+const ARM64_TOOLS: &[&str] = &["gcc-aarch64-linux-gnu"];
+/// The arm64 packages unpacked for the guest and the build, besides the kernel's.
+const ARM64_GUEST: &[&str] = &["busybox-static"];
+
+/// The target of this run's profile.
+pub fn target() -> &'static Target {
+    if crate::kernel::is_arm64() {
+        &ARM64
+    } else {
+        &AMD64
+    }
+}
+
 const ROOT_STAMP: &str = ".fctrace-root";
 const TREE_STAMP: &str = ".fctrace-built";
 
-/// The root's directory: its name carries the key of what goes into it.
+/// The root's directory: its name carries the key of what goes into it (the arm64 root
+/// is another directory).
 pub fn root() -> PathBuf {
     let mut spec = format!("{MIRROR}\n{SOURCES}");
-    for (p, v) in PINNED {
+    let t = target();
+    for (p, v) in pinned(t) {
         spec.push_str(&format!("{p}={v}\n"));
     }
-    for t in TOOLS.iter().chain(GUEST_PACKAGES) {
-        spec.push_str(&format!("{t}\n"));
+    for p in tools(t) {
+        spec.push_str(&format!("{p}\n"));
+    }
+    for p in guest_packages(t) {
+        spec.push_str(&format!("{p}\n"));
+    }
+    if t.arch != AMD64.arch {
+        spec.push_str(&format!("arch {} {}\n", t.arch, t.abi));
     }
     cache_root().join(format!("debian-trixie-{}", short_hash(spec.as_bytes())))
+}
+
+/// The packages pinned in `t`'s root: the toolchain and the source, with the amd64
+/// headers in amd64's or the cross compiler in arm64's.
+fn pinned(t: &Target) -> Vec<(&'static str, &'static str)> {
+    let mut p: Vec<_> = PINNED.to_vec();
+    if t.arch != AMD64.arch {
+        p.retain(|(name, _)| !name.starts_with("linux-headers-"));
+        p.extend(ARM64_PINNED);
+    }
+    p
+}
+
+fn tools(t: &Target) -> Vec<&'static str> {
+    let mut v = TOOLS.to_vec();
+    if t.arch != AMD64.arch {
+        v.extend(ARM64_TOOLS);
+    }
+    v
+}
+
+/// The packages unpacked, not installed, in `t`'s root: for amd64 the kernel's image
+/// and modules; for arm64 those, its headers and busybox.
+fn guest_packages(t: &Target) -> Vec<String> {
+    if t.arch == AMD64.arch {
+        return GUEST_PACKAGES.iter().map(|p| p.to_string()).collect();
+    }
+    let mut v: Vec<String> = ["binary", "modules", "headers"]
+        .iter()
+        .map(|p| format!("linux-{p}-{}", t.abi))
+        .collect();
+    v.extend(ARM64_GUEST.iter().map(|p| p.to_string()));
+    v
 }
 
 /// The configured kernel tree (a host path inside the root).
@@ -104,12 +194,29 @@ pub fn image() -> PathBuf {
 
 /// The unpacked modules package (`modules.dep` made by `depmod`).
 fn modules_dir() -> PathBuf {
-    root().join(format!("kernel/{ABI}/usr/lib/modules/{ABI}"))
+    let abi = target().abi;
+    root().join(format!("kernel/{abi}/usr/lib/modules/{abi}"))
+}
+
+/// The kernel's headers inside the root: installed for the host's architecture, only
+/// unpacked for another.
+fn headers() -> String {
+    let abi = target().abi;
+    if target().arch == AMD64.arch {
+        format!("/usr/src/linux-headers-{abi}")
+    } else {
+        format!("/kernel/{abi}/usr/src/linux-headers-{abi}")
+    }
+}
+
+/// Where the arm64 root unpacked busybox for the guest.
+pub fn busybox() -> PathBuf {
+    root().join(format!("kernel/{}/usr/bin/busybox", target().abi))
 }
 
 /// The kernel's configuration (the image's own, as the headers package has it).
 fn config() -> PathBuf {
-    root().join(format!("usr/src/linux-headers-{ABI}/.config"))
+    root().join(format!("{}/.config", &headers()[1..]))
 }
 
 /// 12 hex digits of FNV-1a over `data`: stable across runs and hosts.
@@ -199,19 +306,38 @@ fn ensure_root() -> Result<()> {
         fs::rename(&tmp, &root)?;
     }
     apt_sources(&root)?;
-    let pinned: Vec<String> = PINNED.iter().map(|(p, v)| format!("{p}={v}")).collect();
-    let guest: Vec<String> = GUEST_PACKAGES
+    let t = target();
+    let abi = t.abi;
+    let pinned: Vec<String> = pinned(t).iter().map(|(p, v)| format!("{p}={v}")).collect();
+    // The kernel's packages at its version; another architecture's by their `:arch`.
+    let guest: Vec<String> = guest_packages(t)
         .iter()
-        .map(|p| format!("{p}={KERNEL_VERSION}"))
+        .map(|p| {
+            let arch = if t.arch == AMD64.arch {
+                String::new()
+            } else {
+                format!(":{}", t.arch)
+            };
+            if p.starts_with("linux-") {
+                format!("{p}{arch}={KERNEL_VERSION}")
+            } else {
+                format!("{p}{arch}")
+            }
+        })
         .collect();
+    let foreign = if t.arch == AMD64.arch {
+        String::new()
+    } else {
+        format!("dpkg --add-architecture {}\n", t.arch)
+    };
     let script = format!(
-        "apt-get update -q\n\
+        "{foreign}apt-get update -q\n\
          apt-get install -y -q --no-install-recommends {} {}\n\
-         mkdir -p /kernel/debs /kernel/{ABI}\n\
+         mkdir -p /kernel/debs /kernel/{abi}\n\
          cd /kernel/debs && apt-get download {}\n\
-         for d in /kernel/debs/*.deb; do dpkg-deb -x \"$d\" /kernel/{ABI}; done\n\
-         depmod -b /kernel/{ABI}/usr {ABI}\n",
-        TOOLS.join(" "),
+         for d in /kernel/debs/*.deb; do dpkg-deb -x \"$d\" /kernel/{abi}; done\n\
+         depmod -b /kernel/{abi}/usr {abi}\n",
+        tools(t).join(" "),
         pinned.join(" "),
         guest.join(" ")
     );
@@ -254,7 +380,7 @@ fn check_toolchain() -> Result<()> {
         ),
         (
             "CONFIG_CC_VERSION_TEXT",
-            "x86_64-linux-gnu-gcc-14 --version | head -n1",
+            &format!("{} --version | head -n1", target().gcc),
         ),
     ] {
         let want = config_text(&config, name).ok_or(format!("{name} not in the config"))?;
@@ -271,7 +397,8 @@ fn check_toolchain() -> Result<()> {
 }
 
 fn ensure_tree() -> Result<PathBuf> {
-    let kdir = root().join(format!("build/{ABI}"));
+    let (abi, vars, headers) = (target().abi, target().make_vars, headers());
+    let kdir = root().join(format!("build/{abi}"));
     if kdir.join(TREE_STAMP).exists() {
         return Ok(kdir);
     }
@@ -282,19 +409,19 @@ fn ensure_tree() -> Result<PathBuf> {
         "cd /usr/src\n\
          [ -f linux-source-{SERIES}/Makefile ] || tar xf linux-source-{SERIES}.tar.xz\n\
          cd linux-source-{SERIES}\n\
-         make O=/build/{ABI} KERNELRELEASE={ABI} olddefconfig >/dev/null\n\
-         make O=/build/{ABI} KERNELRELEASE={ABI} -j{} modules_prepare\n\
-         cp /usr/src/linux-headers-{ABI}/Module.symvers /build/{ABI}/\n\
-         cp /usr/src/linux-headers-{ABI}/vmlinux /build/{ABI}/\n",
+         make O=/build/{abi} KERNELRELEASE={abi} {vars} olddefconfig >/dev/null\n\
+         make O=/build/{abi} KERNELRELEASE={abi} {vars} -j{} modules_prepare\n\
+         cp {headers}/Module.symvers /build/{abi}/\n\
+         cp {headers}/vmlinux /build/{abi}/\n",
         crate::util::nproc()
     );
     note(format!(
-        "preparing {ABI}'s tree (the kernel crate) in the Debian root"
+        "preparing {abi}'s tree (the kernel crate) in the Debian root"
     ));
     in_root(&script)
         .stdout_null()
         .run()
-        .map_err(|e| format!("modules_prepare for {ABI}: {e}"))?;
+        .map_err(|e| format!("modules_prepare for {abi}: {e}"))?;
     fs::write(kdir.join(TREE_STAMP), "")?;
     Ok(kdir)
 }
@@ -357,6 +484,7 @@ fn is_build_product(name: &str) -> bool {
 /// returns their host paths.
 pub fn build_modules() -> Result<(PathBuf, PathBuf)> {
     kdir()?;
+    let (abi, vars) = (target().abi, target().make_vars);
     let src = root().join("src/fctrace");
     for d in ["rust-kmod", "crates", "selftests/modules"] {
         sync_sources(&repo_root().join(d), &src.join(d))?;
@@ -364,7 +492,7 @@ pub fn build_modules() -> Result<(PathBuf, PathBuf)> {
     let mut log = String::new();
     for m in ["rust-kmod", "selftests/modules"] {
         let out = in_root(&format!(
-            "make -C /build/{ABI} KERNELRELEASE={ABI} MODULE_PAHOLE_FLAGS= \
+            "make -C /build/{abi} KERNELRELEASE={abi} {vars} MODULE_PAHOLE_FLAGS= \
              M=/src/fctrace/{m} modules 2>&1"
         ))
         .unchecked()
@@ -373,13 +501,13 @@ pub fn build_modules() -> Result<(PathBuf, PathBuf)> {
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         print!("{text}");
         if !out.status.success() {
-            bail!("module build for {ABI} failed ({})", out.status);
+            bail!("module build for {abi} failed ({})", out.status);
         }
         log.push_str(&text);
     }
     let warnings = log.lines().filter(|l| l.starts_with("warning:")).count();
     if warnings > 0 {
-        bail!("module build for {ABI} produced {warnings} Rust warning(s) (see above)");
+        bail!("module build for {abi} produced {warnings} Rust warning(s) (see above)");
     }
     Ok((
         src.join("rust-kmod/fctrace.ko"),
@@ -393,6 +521,7 @@ pub fn build_modules() -> Result<(PathBuf, PathBuf)> {
 /// module against the configured tree); returns its host path.
 pub fn kselftest_install() -> Result<PathBuf> {
     kdir()?;
+    let (abi, vars) = (target().abi, target().make_vars);
     let selftests = format!("/usr/src/linux-source-{SERIES}/tools/testing/selftests");
     sync_sources(
         &repo_root().join("selftests"),
@@ -400,7 +529,7 @@ pub fn kselftest_install() -> Result<PathBuf> {
     )?;
     let script = format!(
         "rm -rf /src/kselftest\n\
-         make -C {selftests} TARGETS=fctrace KDIR=/build/{ABI} KERNELRELEASE={ABI} \
+         make -C {selftests} TARGETS=fctrace KDIR=/build/{abi} KERNELRELEASE={abi} {vars} \
          MODULE_PAHOLE_FLAGS= INSTALL_PATH=/src/kselftest install >/dev/null\n"
     );
     note("kselftest: make TARGETS=fctrace install, in the Debian root");
@@ -459,7 +588,10 @@ fn load_order(dep: &str, name: &str, order: &mut Vec<String>) -> Result<()> {
     let line = dep
         .lines()
         .find(|l| l.split(':').next().is_some_and(|p| file(p) == name))
-        .ok_or(format!("module {name} is not in {ABI}'s modules.dep"))?;
+        .ok_or(format!(
+            "module {name} is not in {}'s modules.dep",
+            target().abi
+        ))?;
     let (path, deps) = line.split_once(':').unwrap();
     // modules.dep lists the dependencies so that the last is loaded first.
     for d in deps.split_whitespace().rev() {

@@ -31,7 +31,13 @@ pub const BUSYBOX: &str = "/bin/busybox";
 /// Where `vm --script FILE` puts FILE inside the guest.
 pub const GUEST_SCRIPT: &str = "/run-script";
 /// The guest's target, for the programs built for it.
-const GUEST_TARGET: &str = "x86_64-unknown-linux-gnu";
+fn guest_target() -> &'static str {
+    if crate::kernel::is_arm64() {
+        "aarch64-unknown-linux-gnu"
+    } else {
+        "x86_64-unknown-linux-gnu"
+    }
+}
 
 /// A directory the initramfs carries at `/kselftest` (kselftest's installation of the
 /// selftests, for `cargo xtask deb --check`).
@@ -87,6 +93,14 @@ pub fn build(ko: Option<&Path>, script: Option<&Path>) -> Result<PathBuf> {
             minor: 64,
         },
     );
+    // The arm64 machine's serial port (PL011).
+    cpio.add(
+        "dev/ttyAMA0",
+        Entry::CharDev {
+            major: 204,
+            minor: 64,
+        },
+    );
     cpio.file(
         "etc/passwd",
         b"root:x:0:0:root:/root:/bin/sh\n".to_vec(),
@@ -94,10 +108,16 @@ pub fn build(ko: Option<&Path>, script: Option<&Path>) -> Result<PathBuf> {
     );
     cpio.file("etc/group", b"root:x:0:\n".to_vec(), 0o644);
 
-    // busybox and its applets
+    // busybox and its applets (the guest's own build of it for arm64: the host's list
+    // of applets names the links, and the guest's busybox runs those it has)
+    let busybox = if crate::kernel::is_arm64() {
+        crate::debian::busybox()
+    } else {
+        PathBuf::from(BUSYBOX)
+    };
     cpio.file(
         "bin/busybox",
-        fs::read(BUSYBOX).map_err(|e| format!("{BUSYBOX}: {e}"))?,
+        fs::read(&busybox).map_err(|e| format!("{}: {e}", busybox.display()))?,
         0o755,
     );
     let list = duct::cmd!(BUSYBOX, "--list-full")
@@ -185,7 +205,11 @@ fn build_workloads(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
         .filter(|p| p.extension().is_some_and(|e| e == "c"))
         .collect();
     sources.sort();
-    let bindir = out_dir().join("workloads");
+    let bindir = out_dir().join(if crate::kernel::is_arm64() {
+        "workloads-arm64"
+    } else {
+        "workloads"
+    });
     if !sources.is_empty() {
         fs::create_dir_all(&bindir)?;
     }
@@ -200,7 +224,7 @@ fn build_workloads(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
 
 /// Compile the C program `src` into a static `bindir/<name>` for the guest (unless the
 /// binary is newer than the source). `cc::Build` picks and sets up the compiler for
-/// [`GUEST_TARGET`] (`$CC`, else `cc` on an x86_64 host, a cross gcc on others), which
+/// [`guest_target`] (`$CC`, else `cc` on the host's own, a cross gcc on others), which
 /// also links, with `-static`.
 pub fn build_workload(src: &Path, bindir: &Path) -> Result<PathBuf> {
     let bin = bindir.join(src.file_stem().ok_or("no file name")?);
@@ -209,7 +233,7 @@ pub fn build_workload(src: &Path, bindir: &Path) -> Result<PathBuf> {
         return Ok(bin);
     }
     let compiler = cc::Build::new()
-        .target(GUEST_TARGET)
+        .target(guest_target())
         .host(&format!("{}-unknown-linux-gnu", std::env::consts::ARCH))
         .opt_level(2)
         .out_dir(bindir)

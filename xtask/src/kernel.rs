@@ -70,9 +70,21 @@ pub enum Profile {
     /// Debian's own kernel (trixie-backports' 7.3), unmodified; the module is built in a
     /// trixie root with the kernel's own toolchain (xtask/src/debian.rs)
     Debian,
+    /// Debian's own arm64 kernel of the same release, unmodified, under
+    /// qemu-system-aarch64 (`-M virt -cpu max`); the module is cross-built in a trixie root
+    #[value(name = "debian-arm64")]
+    DebianArm64,
 }
 
-/// Whether this run uses Debian's kernel (`--profile debian`).
+/// Whether this run's guest is arm64 (`--profile debian-arm64`).
+static ARM64: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this run's guest is arm64.
+pub fn is_arm64() -> bool {
+    ARM64.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether this run uses one of Debian's kernels (`--profile debian`, `debian-arm64`).
 static DEBIAN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether this run uses the distro profile.
@@ -88,7 +100,14 @@ pub fn is_debian() -> bool {
 /// Selects the profile for the rest of this xtask run.
 pub fn set_profile(p: Profile) {
     DISTRO.store(p == Profile::Distro, std::sync::atomic::Ordering::Relaxed);
-    DEBIAN.store(p == Profile::Debian, std::sync::atomic::Ordering::Relaxed);
+    DEBIAN.store(
+        matches!(p, Profile::Debian | Profile::DebianArm64),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    ARM64.store(
+        p == Profile::DebianArm64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
 }
 
 /// The kernel image the guest boots.

@@ -23,6 +23,10 @@ const GUEST_PACKAGES: &[&str] = &[
     // static test workloads (selftests/workloads/*.c)
     "gcc",
     "libc6-dev",
+    // the debian-arm64 profile's guest, and its workloads built for it
+    "qemu-system-arm",
+    "gcc-aarch64-linux-gnu",
+    "libc6-dev-arm64-cross",
 ];
 
 /// What building the default and distro profiles' own 6.12 kernels adds.

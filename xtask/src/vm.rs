@@ -22,7 +22,14 @@ use crate::util::{bail, echo, note, out_dir, secs, Result};
 
 pub const DEFAULT_TIMEOUT: u64 = 1200;
 pub const EXIT_MARKER: &str = "FCTRACE-EXIT: ";
-const QEMU: &str = "qemu-system-x86_64";
+/// The emulator of the guest's architecture.
+fn qemu_binary() -> &'static str {
+    if crate::kernel::is_arm64() {
+        "qemu-system-aarch64"
+    } else {
+        "qemu-system-x86_64"
+    }
+}
 
 /// The guest's size and time limit (`vm`, `test`, `demo`, `bench`).
 #[derive(clap::Args)]
@@ -133,19 +140,25 @@ fn qemu(
         format!("{append} {}", opts.append)
     };
     let append = append.as_str();
-    let mut args: Vec<OsString> = [
-        "-accel",
-        &accel,
-        "-cpu",
-        opts.cpu.as_deref().unwrap_or("max"),
-        "-smp",
-        &smp,
-        "-m",
-        &mem,
-        "-kernel",
-    ]
-    .map(Into::into)
-    .into();
+    // On arm64, QEMU's own pointer-authentication algorithm (`pauth-impdef`): the
+    // architected QARMA is many times slower to emulate, and the kernel signs and
+    // authenticates the return address of most functions either way.
+    let cpu = match (opts.cpu.as_deref(), crate::kernel::is_arm64()) {
+        (Some(c), _) => c,
+        (None, true) => "max,pauth-impdef=on",
+        (None, false) => "max",
+    };
+    let mut args: Vec<OsString> = if crate::kernel::is_arm64() {
+        vec!["-M".into(), "virt".into()]
+    } else {
+        Vec::new()
+    };
+    args.extend(
+        [
+            "-accel", &accel, "-cpu", cpu, "-smp", &smp, "-m", &mem, "-kernel",
+        ]
+        .map(OsString::from),
+    );
     args.extend([
         crate::kernel::image(kdir).into(),
         "-initrd".into(),
@@ -172,7 +185,7 @@ fn qemu(
     if let Ok(extra) = std::env::var("FCTRACE_QEMU_ARGS") {
         args.extend(extra.split_whitespace().map(OsString::from));
     }
-    duct::cmd(QEMU, args).before_spawn(echo)
+    duct::cmd(qemu_binary(), args).before_spawn(echo)
 }
 
 /// Size of the scratch disk.
@@ -211,7 +224,18 @@ fn scratch_disk() -> Option<PathBuf> {
     }
 }
 
-const BASE_APPEND: &str = "console=ttyS0 panic=-1 printk.time=1";
+const BASE_APPEND: &str = "panic=-1 printk.time=1";
+
+/// The kernel's command line for every guest: the serial console of the machine, then
+/// [`BASE_APPEND`].
+fn base_append() -> String {
+    let console = if crate::kernel::is_arm64() {
+        "ttyAMA0"
+    } else {
+        "ttyS0"
+    };
+    format!("console={console} {BASE_APPEND}")
+}
 
 fn interactive(kdir: &Path, initrd: &Path, opts: &VmOpts) -> Result<i32> {
     if !std::io::stdin().is_terminal() {
@@ -219,10 +243,10 @@ fn interactive(kdir: &Path, initrd: &Path, opts: &VmOpts) -> Result<i32> {
     }
     note("interactive guest: exit the shell to power off (or Ctrl-A X to kill QEMU)");
     // `-serial mon:stdio`: Ctrl-A X quits QEMU, Ctrl-A C toggles the monitor.
-    let out = qemu(kdir, initrd, opts, BASE_APPEND, true)
+    let out = qemu(kdir, initrd, opts, &base_append(), true)
         .unchecked()
         .run()
-        .map_err(|e| format!("{QEMU}: {e}"))?;
+        .map_err(|e| format!("{}: {e}", qemu_binary()))?;
     Ok(out.status.code().unwrap_or(1))
 }
 
@@ -242,7 +266,8 @@ pub fn run_script_with(
     log: &Path,
 ) -> Result<VmRun> {
     let mut append = format!(
-        "{BASE_APPEND} fctrace.script={}",
+        "{} fctrace.script={}",
+        base_append(),
         crate::initramfs::GUEST_SCRIPT
     );
     if !extra.is_empty() {
@@ -269,7 +294,7 @@ fn run_streaming(qemu: duct::Expression, timeout: Duration, log: &Path) -> Resul
         .stdin_null()
         .unchecked()
         .reader()
-        .map_err(|e| format!("cannot run {QEMU}: {e}"))?;
+        .map_err(|e| format!("cannot run {}: {e}", qemu_binary()))?;
     let (done, finished) = mpsc::channel::<()>();
     let mut output = String::new();
     // A watchdog thread kills QEMU at the deadline, which ends the read below with EOF.
@@ -278,8 +303,9 @@ fn run_streaming(qemu: duct::Expression, timeout: Duration, log: &Path) -> Resul
             let expired = finished.recv_timeout(timeout) == Err(mpsc::RecvTimeoutError::Timeout);
             if expired {
                 note(format!(
-                    "timeout after {} s: killing {QEMU:?}",
-                    timeout.as_secs()
+                    "timeout after {} s: killing {:?}",
+                    timeout.as_secs(),
+                    qemu_binary()
                 ));
                 let _ = child.kill();
             }

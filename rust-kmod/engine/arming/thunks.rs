@@ -3,17 +3,21 @@
 //! The running kernel's branch thunks (retpolines, return thunks, call-depth
 //! accounting), found by decoding its text as [`Thunks::classify`] needs it.
 
-use crate::decode::{self, Flow};
-use crate::engine::read_kernel;
-use crate::fentry::fentry_offset;
-use crate::ksym::addr_of;
 use crate::thunks::Thunks;
-use kernel::c_str;
+#[cfg(target_arch = "x86_64")]
+use {
+    crate::decode::{self, Flow},
+    crate::engine::read_kernel,
+    crate::fentry::fentry_offset,
+    crate::ksym::addr_of,
+    kernel::c_str,
+};
 
 /// Finds the running kernel's branch thunks when tracing starts: the return thunk the
 /// kernel patched the module's own return into (`fctrace_ret_site` in trampoline.S: the
 /// live choice for this CPU), every return thunk 6.12 has by name, and the thunk arrays
 /// with their slot size (from the symbols of their first two slots).
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn find_thunks() -> Thunks {
     let mut th = Thunks::new();
     let site = crate::sys::ret_insn_addr();
@@ -65,4 +69,10 @@ pub(crate) fn find_thunks() -> Thunks {
         }
     }
     th
+}
+
+/// arm64 has no branch thunks: its indirect calls and returns are plain `BLR` and `RET`.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn find_thunks() -> Thunks {
+    Thunks::new()
 }

@@ -32,6 +32,10 @@ const TABLES: usize = 16;
 /// The largest object read as an ops table (`struct sched_class` is 232 bytes, `struct
 /// file_operations` 272).
 const TABLE_MAX: u64 = 1024;
+/// Whether a task can be sent to wait in a trampoline ([`Tracer::redirect`]): x86-64's
+/// are written, arm64's not yet.
+pub(crate) const CAN_REDIRECT: bool = cfg!(target_arch = "x86_64");
+
 /// The most functions one round of arming ahead adds (a callee closure is cut there).
 const AHEAD_BUDGET: usize = 256;
 /// The round that arms what tracing's start queued (the exit path, the fork hook, the

@@ -17,6 +17,7 @@ fn reader_progress() -> u64 {
 impl Tracer {
     /// `lossless`: sends the task to the trampoline to wait for the reader, then to make
     /// the call at `addr` again (which may still need an arming redirect then).
+    /// Only where the architecture has the trampoline ([`super::CAN_REDIRECT`]).
     pub(crate) fn redirect_throttle(&self, d: &mut TaskData, regs: &mut sys::PtRegs, addr: u64) {
         d.wait.throttle = true;
         d.wait.last_throttle = addr;

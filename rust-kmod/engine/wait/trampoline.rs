@@ -6,6 +6,7 @@
 
 use crate::engine::tree::{current_ids, task_running, Cur, TaskData};
 use crate::engine::{clock_ns, tracer, Tracer};
+#[cfg(target_arch = "x86_64")]
 use crate::kprobe;
 use crate::record::Reason;
 use crate::sys;
@@ -33,19 +34,30 @@ impl Tracer {
 
     /// Sends the task to the trampoline to arm `target`, then to run the instruction at
     /// `addr` again: pushes `addr` as a return address (the int3 entry leaves a gap below
-    /// the interrupted stack for exactly this) and resumes at the trampoline.
+    /// the interrupted stack for exactly this) and resumes at the trampoline. Returns
+    /// whether it did: never on arm64, whose trampolines are not written yet (the task goes
+    /// on; see `sys/own.rs`).
     pub(crate) fn redirect(
         &self,
         d: &mut TaskData,
         regs: &mut sys::PtRegs,
         addr: u64,
         target: u64,
-    ) {
-        self.note_redirect(d, addr, target);
-        self.waits.inflight.fetch_add(1, Ordering::AcqRel);
-        let trampoline = sys::trampoline_addr();
-        // Our redirecting probes are breakpoints (or the single step of `step.rs`).
-        kprobe::emulate_call(regs, addr, trampoline);
+    ) -> bool {
+        #[cfg(not(target_arch = "x86_64"))]
+        return {
+            let _ = (d, regs, addr, target);
+            false
+        };
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.note_redirect(d, addr, target);
+            self.waits.inflight.fetch_add(1, Ordering::AcqRel);
+            let trampoline = sys::trampoline_addr();
+            // Our redirecting probes are breakpoints (or the single step of `step.rs`).
+            kprobe::emulate_call(regs, addr, trampoline);
+            true
+        }
     }
 
     /// A redirect to a trampoline from `key` (a call site, or an ftrace site) to arm
@@ -60,17 +72,27 @@ impl Tracer {
     /// `fctrace_entry_trampoline` to arm `func`, then to run the ftrace site again. ftrace's
     /// trampoline returns to `regs.ip`, and restores `%rax` (which carries no argument into
     /// a function) from `regs.ax`: the entry trampoline pushes it as its return address.
+    /// Returns whether it did (never on arm64, as [`Self::redirect`]).
     pub(crate) fn redirect_entry(
         &self,
         d: &mut TaskData,
         regs: &mut sys::PtRegs,
         ip: u64,
         func: u64,
-    ) {
-        // Counted into `inflight` by the trampoline (`fctrace_arm_pending_entry`).
-        self.note_redirect(d, ip, func);
-        regs.ip = sys::entry_trampoline_addr() as _;
-        regs.ax = ip as _;
+    ) -> bool {
+        #[cfg(not(target_arch = "x86_64"))]
+        return {
+            let _ = (d, regs, ip, func);
+            false
+        };
+        #[cfg(target_arch = "x86_64")]
+        {
+            // Counted into `inflight` by the trampoline (`fctrace_arm_pending_entry`).
+            self.note_redirect(d, ip, func);
+            regs.ip = sys::entry_trampoline_addr() as _;
+            regs.ax = ip as _;
+            true
+        }
     }
 
     /// Tasks in the trampoline now (`stats`: `trampoline_tasks`).
