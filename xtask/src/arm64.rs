@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Debian's arm64 kernel, the same release as the amd64 one of `--profile debian`. So
-//! far its image only: the A64 decoder's host test (`crates/fctrace-decode/tests/
-//! a64_vs_bad64.rs`) checks every word of it against the bad64 disassembler. The image
-//! is unpacked from its package (`linux-binary-*`, checked against Debian's signed
-//! index, `archive.rs`) into `~/.cache/fctrace/debian-arm64/vmlinuz-<ABI>`.
+//! Debian's arm64 kernel, the same release as the amd64 one of `--profile debian`, for
+//! the A64 decoder's host test (`crates/fctrace-decode/tests/a64_vs_bad64.rs`): its
+//! image, every word of which is checked against the bad64 disassembler, and its ftrace
+//! sites, as the running kernel lists them, each checked against
+//! `a64::ftrace_site()`. The image is unpacked from its package (`linux-binary-*`,
+//! checked against Debian's signed index, `archive.rs`) into
+//! `~/.cache/fctrace/debian-arm64/vmlinuz-<ABI>`, the sites listed once by booting it
+//! (`ftrace-sites-<ABI>.txt` there). (`--profile debian-arm64`, the whole kernel and
+//! the module's build for it, is `debian.rs`'s.)
 
 use std::fs;
 use std::path::PathBuf;
@@ -56,4 +60,154 @@ pub fn ensure_image() -> Result<PathBuf> {
     fs::rename(root.join(format!("usr/lib/modules/{ABI}/vmlinuz")), &img)?;
     fs::remove_dir_all(&tmp)?;
     Ok(img)
+}
+
+/// The guest's script for [`ensure_sites`]: every function ftrace has a site for, as
+/// `FUNCTION-ADDRESS SITE-ADDRESS NAME` (kallsyms' address of the name, ftrace's record
+/// of it), for names kallsyms has once; between markers, with the count.
+const SITES_INIT: &str = r#"#!/bin/busybox sh
+B=/bin/busybox
+$B mkdir -p /proc /sys /tmp
+$B mount -t proc proc /proc
+$B mount -t sysfs sysfs /sys
+$B mount -t tracefs nodev /sys/kernel/tracing
+echo 0 > /proc/sys/kernel/kptr_restrict
+$B awk '$3 == "_text" { print "FCTRACE-TEXT " $1 }' /proc/kallsyms
+$B awk 'NR == FNR { if (($2 == "t" || $2 == "T") && NF == 3) { n[$3]++; a[$3] = $1 }; next }
+    NF == 2 && n[$2] == 1 { print a[$2], $1, $2 }' \
+    /proc/kallsyms /sys/kernel/tracing/available_filter_functions_addrs > /tmp/sites
+echo FCTRACE-SITES-BEGIN
+$B cat /tmp/sites
+echo "FCTRACE-SITES-END $($B wc -l < /tmp/sites)"
+$B poweroff -f
+"#;
+
+/// The kernel's ftrace sites, as the running kernel has them: boots the image (without
+/// KASLR, so that the addresses are the image's) under `qemu-system-aarch64` with a
+/// busybox and [`SITES_INIT`], once; returns the file (`FUNCTION SITE NAME` lines, hex
+/// addresses). The A64 decoder's host test checks `a64::ftrace_site()` on each.
+pub fn ensure_sites() -> Result<PathBuf> {
+    let out = dir().join(format!("ftrace-sites-{ABI}.txt"));
+    if out.exists() {
+        return Ok(out);
+    }
+    let img = ensure_image()?;
+    note(format!("listing {ABI}'s ftrace sites in an arm64 guest"));
+    let tmp = crate::util::cache_root().join("debian-arm64-sites.tmp");
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp)?;
+    // Debian's arm64 busybox, from trixie (the guest's only program).
+    let index = archive::signed_index("trixie", INDEX, &tmp)?;
+    let p = archive::find_package(&index, "busybox-static")
+        .ok_or("trixie has no arm64 busybox-static")?;
+    let deb = archive::fetch_package(&p, &tmp.join("busybox.deb"))?;
+    let root = tmp.join("root");
+    duct::cmd!("dpkg-deb", "-x", &deb, &root)
+        .before_spawn(echo)
+        .run()?;
+    let cpio = crate::initramfs::archive(vec![
+        (
+            "bin/busybox".into(),
+            fs::read(root.join("usr/bin/busybox"))?,
+            0o755,
+        ),
+        ("init".into(), SITES_INIT.as_bytes().to_vec(), 0o755),
+    ]);
+    let initrd = tmp.join("initrd.cpio");
+    fs::write(&initrd, cpio)?;
+    let console = duct::cmd!(
+        "qemu-system-aarch64",
+        "-M",
+        "virt",
+        "-accel",
+        "tcg",
+        "-cpu",
+        "max,pauth-impdef=on",
+        "-m",
+        "1024",
+        "-kernel",
+        &img,
+        "-initrd",
+        &initrd,
+        "-append",
+        "console=ttyAMA0 nokaslr loglevel=1 panic=-1 rdinit=/init",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-serial",
+        "stdio",
+        "-monitor",
+        "none"
+    )
+    .before_spawn(echo)
+    .stdin_null()
+    .stdout_capture()
+    .run()
+    .map_err(|e| format!("qemu-system-aarch64 for the ftrace sites: {e}"))?;
+    let text = String::from_utf8_lossy(&console.stdout).replace('\r', "");
+    let sites = parse_sites(&text)?;
+    fs::write(&out, sites)?;
+    fs::remove_dir_all(&tmp)?;
+    Ok(out)
+}
+
+/// The lines between the guest's markers, checked: `_text` where the image is linked,
+/// and as many well-formed lines as the guest counted.
+fn parse_sites(console: &str) -> Result<String> {
+    const KIMAGE_VADDR: &str = "ffff800080000000";
+    let text = console
+        .lines()
+        .find_map(|l| l.strip_prefix("FCTRACE-TEXT "))
+        .ok_or("the arm64 guest printed no _text")?;
+    if text.trim() != KIMAGE_VADDR {
+        bail!("the arm64 guest's _text is {text}, not {KIMAGE_VADDR} (KASLR on?)");
+    }
+    let body = console
+        .split_once("FCTRACE-SITES-BEGIN\n")
+        .map(|(_, b)| b)
+        .ok_or("the arm64 guest printed no sites")?;
+    let (body, end) = body
+        .split_once("FCTRACE-SITES-END ")
+        .ok_or("the arm64 guest's list of sites did not end")?;
+    let want: usize = end
+        .lines()
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or("the arm64 guest's list of sites has no count")?;
+    let ok = |l: &str| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.len() == 3
+            && f[..2]
+                .iter()
+                .all(|a| a.len() == 16 && u64::from_str_radix(a, 16).is_ok())
+    };
+    let lines: Vec<&str> = body.lines().filter(|l| ok(l)).collect();
+    if lines.len() != want || want == 0 {
+        bail!(
+            "the arm64 guest listed {want} ftrace sites, {} arrived whole",
+            lines.len()
+        );
+    }
+    Ok(lines.join("\n") + "\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sites_parse() {
+        let c = "[ 1.0] boot\nFCTRACE-TEXT ffff800080000000\nFCTRACE-SITES-BEGIN\n\
+                 ffff800080010000 ffff800080010004 do_one\n\
+                 ffff800080010100 ffff800080010108 do_two\n\
+                 FCTRACE-SITES-END 2\n";
+        assert_eq!(
+            parse_sites(c).unwrap(),
+            "ffff800080010000 ffff800080010004 do_one\nffff800080010100 ffff800080010108 do_two\n"
+        );
+        // A line cut by the console, a missing end, another _text: refused.
+        assert!(parse_sites(&c.replace("ffff800080010108 ", "ffff80008001")).is_err());
+        assert!(parse_sites(&c.replace("FCTRACE-SITES-END 2\n", "")).is_err());
+        assert!(parse_sites(&c.replace("TEXT ffff800080000000", "TEXT ffff800081000000")).is_err());
+    }
 }

@@ -258,6 +258,17 @@ pub fn build_workload(src: &Path, bindir: &Path) -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// A newc cpio archive (uncompressed) of `files` (path, data, mode) and a
+/// `/dev/console`, for guests that need nothing more (`arm64.rs`).
+pub fn archive(files: Vec<(String, Vec<u8>, u32)>) -> Vec<u8> {
+    let mut cpio = Cpio::default();
+    cpio.add("dev/console", Entry::CharDev { major: 5, minor: 1 });
+    for (path, data, mode) in files {
+        cpio.file(&path, data, mode);
+    }
+    cpio.finish()
+}
+
 enum Entry {
     Dir,
     File { data: Vec<u8>, mode: u32 },

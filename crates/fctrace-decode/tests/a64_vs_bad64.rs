@@ -507,3 +507,48 @@ fn every_word_of_debians_arm64_image() {
         assert!(n >= at_least, "only {n} {k} in {}", path.display());
     }
 }
+
+/// Every ftrace site of Debian's arm64 kernel, as the running kernel has them
+/// (`FCTRACE_A64_SITES`: `FUNCTION SITE NAME`, from its kallsyms and
+/// `available_filter_functions_addrs`, which `cargo xtask test` lists by
+/// booting the image without KASLR): `a64::ftrace_site()` on the image's
+/// words at each function finds that site.
+#[test]
+fn ftrace_site_of_every_traceable_function() {
+    let (Some(img), Some(sites)) = (image(), std::env::var_os("FCTRACE_A64_SITES")) else {
+        eprintln!("SKIP: no arm64 image or no FCTRACE_A64_SITES");
+        return;
+    };
+    let data = std::fs::read(&img).unwrap_or_else(|e| panic!("{}: {e}", img.display()));
+    let text = std::fs::read_to_string(&sites).unwrap_or_else(|e| panic!("{sites:?}: {e}"));
+    const KIMAGE_VADDR: u64 = 0xffff_8000_8000_0000;
+    let word = |a: u64| {
+        let off = usize::try_from(a - KIMAGE_VADDR).expect("an offset");
+        u32::from_le_bytes(data[off..off + 4].try_into().expect("4 bytes"))
+    };
+    let (mut n, mut after_bti, mut wrong) = (0, 0, Vec::new());
+    for l in text.lines() {
+        let f: Vec<&str> = l.split(' ').collect();
+        let hex = |s: &str| u64::from_str_radix(s, 16).expect("a hex address");
+        let (func, site, name) = (hex(f[0]), hex(f[1]), f[2]);
+        let entry = [word(func), word(func + 4), word(func + 8)];
+        let got = a64::ftrace_site(entry, func);
+        if got != Some(site) {
+            wrong.push(format!(
+                "{name} at {func:#x}: site {site:#x}, decoder {got:x?}"
+            ));
+        }
+        after_bti += usize::from(site == func + 8);
+        n += 1;
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {n} functions:\n{}",
+        wrong.len(),
+        wrong[..wrong.len().min(20)].join("\n")
+    );
+    // Tens of thousands of traceable functions; this kernel has no BTI.
+    assert!(n >= 20_000, "only {n} ftrace sites in {sites:?}");
+    assert_eq!(after_bti, 0, "sites after a BTI C in a kernel without BTI");
+    eprintln!("{n} ftrace sites agree");
+}
