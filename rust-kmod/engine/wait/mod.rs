@@ -53,7 +53,7 @@ const AHEAD_DEPTH: u8 = 4;
 /// Levels of callees of a function armed for a waiting task that are armed before the
 /// task goes on, the most functions armed so, and the most time it may take
 /// (`Tracer::arm_sync_closure`).
-const SYNC_DEPTH: u8 = 3;
+const SYNC_DEPTH: u8 = 4;
 const SYNC_BUDGET: usize = 128;
 const SYNC_NS: u64 = 1_000_000_000;
 /// The longest a request is served (`Tracer::serve_requests`): the closure above, then
