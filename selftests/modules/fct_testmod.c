@@ -14,9 +14,9 @@
  * fct_testmod_count().
  *
  * Writing 1 or 2 to /proc/fct_testmod_edge calls fct_testmod_edge_write(), which
- * takes a spinlock and calls fct_testmod_edge_a() -> _b() -> _c() with it held;
- * fct_testmod_edge_c() calls fct_testmod_edge_d1() for 1 and fct_testmod_edge_d2() for
- * 2: a call chain three levels deep below a function reached through an ops table,
+ * takes a spinlock and calls fct_testmod_edge_a() -> _b() -> _b2() -> _c() with it
+ * held; fct_testmod_edge_c() calls fct_testmod_edge_d1() for 1 and fct_testmod_edge_d2()
+ * for 2: a call chain four levels deep below a function reached through an ops table,
  * made in atomic context, whose last function calls another callee from one run to
  * the next (trace/atomic_edge.tc).
  *
@@ -160,9 +160,14 @@ static noinline unsigned int fct_testmod_edge_c(unsigned int v)
 	return r + 1;
 }
 
-static noinline unsigned int fct_testmod_edge_b(unsigned int v)
+static noinline unsigned int fct_testmod_edge_b2(unsigned int v)
 {
 	return fct_testmod_edge_c(v) + 1;
+}
+
+static noinline unsigned int fct_testmod_edge_b(unsigned int v)
+{
+	return fct_testmod_edge_b2(v) + 1;
 }
 
 static noinline unsigned int fct_testmod_edge_a(unsigned int v)

@@ -52,7 +52,8 @@ const START_NS: u64 = 3_000_000_000;
 const AHEAD_DEPTH: u8 = 4;
 /// Levels of callees of a function armed for a waiting task that are armed before the
 /// task goes on, the most functions armed so, and the most time it may take
-/// (`Tracer::arm_sync_closure`).
+/// (`Tracer::arm_sync_closure`). (`trace/atomic_edge.tc`'s chain is as deep: its last
+/// function must sit at the edge.)
 const SYNC_DEPTH: u8 = 4;
 const SYNC_BUDGET: usize = 128;
 const SYNC_NS: u64 = 1_000_000_000;
