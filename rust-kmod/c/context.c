@@ -72,8 +72,8 @@ static bool fctrace_may_poll(void)
  * EFLAGS.AC (between stac and clac: a user copy, e.g. a call of rep_movs_alternative())
  * nor DF set: x86-64 does not switch EFLAGS on a context switch, so sleeping there would
  * run the next task on this CPU with SMAP off (or string instructions backwards). The
- * trampoline counts any that gets there anyway (stats: trampoline_unsafe_flags). arm64
- * saves PSTATE (PAN with it) with the task's registers.
+ * trampoline counts any that gets there anyway (stats: trampoline_unsafe_flags). On
+ * arm64 only the interrupt mask is read so far (no task waits there yet).
  */
 static bool fctrace_flags_sleepable(const struct pt_regs *regs)
 {

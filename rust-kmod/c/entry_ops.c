@@ -40,9 +40,10 @@ static noinline void notrace fctrace_entry_traced(unsigned long ip, struct ftrac
 	 * arm64's ftrace_regs holds the argument registers, the frame pointer, the link
 	 * register, the stack pointer and the pc, not a pt_regs: the handler gets a copy
 	 * (what it changes is not written back: on arm64 it neither hooks a return nor
-	 * redirects the task yet), with the interrupt mask of this context.
+	 * redirects the task yet), the rest zero, with the interrupt mask of this
+	 * context (below).
 	 */
-	struct pt_regs copy, *regs = ftrace_partial_regs(fregs, &copy);
+	struct pt_regs copy = {}, *regs = ftrace_partial_regs(fregs, &copy);
 #endif
 	unsigned long list;
 	int bit;
@@ -70,8 +71,11 @@ static noinline void notrace fctrace_entry_traced(unsigned long ip, struct ftrac
 	if (!ftrace_get_regs(fregs))
 		regs->flags = native_save_fl();
 #else
+	/* As regs_irqs_disabled() reads it: the I bit, or GIC priority masking. */
 	if (irqs_disabled())
 		regs->pstate |= PSR_I_BIT;
+	if (system_uses_irq_prio_masking())
+		regs->pmr = irqs_disabled() ? GIC_PRIO_IRQOFF : GIC_PRIO_IRQON;
 #endif
 	fctrace_entry_hook(ip, regs, (bit >> 8 ? 2 : 1) + !!list, !!list);
 	fctrace_recursion_unlock(bit);

@@ -30,7 +30,8 @@ pub(crate) trait Regs {
     fn flags(&self) -> u64;
     /// General purpose register `r` as the architecture's instructions number it (x86:
     /// the low 4 bits, `ax cx dx bx sp bp si di r8`...; arm64: `x0` to `x30`, and 31 the
-    /// stack pointer): one load.
+    /// stack pointer, as a base register is: a branch's register 31 is the zero
+    /// register, which the caller must tell apart): one load.
     fn gpr(&self, r: u8) -> u64;
 }
 

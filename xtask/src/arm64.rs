@@ -115,7 +115,10 @@ pub fn ensure_sites() -> Result<PathBuf> {
     ]);
     let initrd = tmp.join("initrd.cpio");
     fs::write(&initrd, cpio)?;
+    // (`timeout`: a guest that hangs must not hold the tests up; it takes seconds.)
     let console = duct::cmd!(
+        "timeout",
+        "300",
         "qemu-system-aarch64",
         "-M",
         "virt",
@@ -146,7 +149,9 @@ pub fn ensure_sites() -> Result<PathBuf> {
     .map_err(|e| format!("qemu-system-aarch64 for the ftrace sites: {e}"))?;
     let text = String::from_utf8_lossy(&console.stdout).replace('\r', "");
     let sites = parse_sites(&text)?;
-    fs::write(&out, sites)?;
+    // Whole or not at all: a list cut short would be taken as the kernel's.
+    fs::write(tmp.join("sites"), sites)?;
+    fs::rename(tmp.join("sites"), &out)?;
     fs::remove_dir_all(&tmp)?;
     Ok(out)
 }

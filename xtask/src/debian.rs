@@ -104,7 +104,7 @@ pub const AMD64: Target = Target {
 /// guest's busybox.
 pub const ARM64: Target = Target {
     arch: "arm64",
-    abi: "7.3.4+deb13-arm64",
+    abi: crate::arm64::ABI,
     make_vars: "ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu-",
     gcc: "aarch64-linux-gnu-gcc-14",
 };

@@ -189,7 +189,9 @@ pub fn cmd(args: TestArgs) -> Result<i32> {
         return cmd_one(args, true, expect);
     }
     if !distro || args.vm.cpu.is_some() || args.debug {
-        return cmd_one(args, true, &[]);
+        // (arm64: the host tests are the same as the default profile's, and CI runs
+        // those just before.)
+        return cmd_one(args, !crate::kernel::is_arm64(), &[]);
     }
     // The distro profile on each CPU model of the matrix; a budget is shared out among
     // the models not run yet.
@@ -529,12 +531,25 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
             );
         }
     }
+    // On arm64 all but a few tests skip (fctrace does not trace there yet): a run where
+    // those skipped too showed nothing.
+    let none_ran = crate::kernel::is_arm64() && s.passed == 0;
+    if none_ran {
+        println!("selftests: no test passed on arm64 (control/not_traced_arch.tc skipped?)");
+    }
     println!(
         "fctrace: {} passed, {} failed, {} skipped",
         s.passed, s.failed, s.skipped
     );
 
-    let ok = host_ok && cpu_ok && s.failed == 0 && k.started && finished && exited_ok && !problems;
+    let ok = host_ok
+        && cpu_ok
+        && s.failed == 0
+        && k.started
+        && finished
+        && exited_ok
+        && !problems
+        && !none_ran;
     Ok(if ok { 0 } else { 1 })
 }
 
