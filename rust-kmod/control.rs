@@ -327,6 +327,7 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "call_sites_unprobeable: {}", n(&s.sites_unprobeable))?;
     writeln!(t, "trampoline_entries: {}", n(&s.redirects))?;
     writeln!(t, "trampoline_unsafe_flags: {}", n(&s.unsafe_flags))?;
+    writeln!(t, "trampoline_polls: {}", n(&s.arm_polls))?;
     writeln!(t, "trampoline_tasks: {}", tr.trampoline_tasks())?;
     writeln!(t, "tasks_overflow: {}", n(&s.task_overflow))?;
     writeln!(t, "handlers_nested: {}", n(&s.handlers_nested))?;

@@ -39,6 +39,8 @@ pub(crate) struct Stats {
     pub(crate) start_armed: AtomicU64,
     pub(crate) start_ns: AtomicU64,
     pub(crate) redirects: AtomicU64,
+    /// Waits for arming made by polling: by a task in a wait loop's state (`wait/`).
+    pub(crate) arm_polls: AtomicU64,
     /// Tasks that reached the trampoline with EFLAGS.AC or DF set (must stay 0).
     pub(crate) unsafe_flags: AtomicU64,
     /// Functions armed now: `inner.funcs.len()`, published by [`Guard`] as it releases the

@@ -176,6 +176,9 @@ impl Tracer {
         // A task in a wait loop's state (`fctrace_task_context()`) polls for the work item
         // instead of sleeping, which would lose its state (`fctrace_arm_sleep()`).
         let polls = !task_running();
+        if polls {
+            self.stats.arm_polls.fetch_add(1, Ordering::Relaxed);
+        }
         let done = loop {
             // Read before the checks: a bump after them ends the sleep at once.
             let seq = sys::arm_seq();
