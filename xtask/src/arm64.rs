@@ -4,7 +4,8 @@
 //! the A64 decoder's host test (`crates/fctrace-decode/tests/a64_vs_bad64.rs`): its
 //! image, every word of which is checked against the bad64 disassembler, and its ftrace
 //! sites, as the running kernel lists them, each checked against
-//! `a64::ftrace_site()`. The image is unpacked from its package (`linux-binary-*`,
+//! `a64::ftrace_site()`, and its text symbols, which bound the functions whose call sites
+//! `a64::call_site()` finds. The image is unpacked from its package (`linux-binary-*`,
 //! checked against Debian's signed index, `archive.rs`) into
 //! `~/.cache/fctrace/debian-arm64/vmlinuz-<ABI>`, the sites listed once by booting it
 //! (`ftrace-sites-<ABI>.txt` there). (`--profile debian-arm64`, the whole kernel and
@@ -62,9 +63,11 @@ pub fn ensure_image() -> Result<PathBuf> {
     Ok(img)
 }
 
-/// The guest's script for [`ensure_sites`]: every function ftrace has a site for, as
+/// The guest's script for [`ensure_lists`]: every function ftrace has a site for, as
 /// `FUNCTION-ADDRESS SITE-ADDRESS NAME` (kallsyms' address of the name, ftrace's record
-/// of it), for names kallsyms has once; between markers, with the count.
+/// of it), for names kallsyms has once; then every text symbol (weak ones too: `W`), as
+/// `ADDRESS NAME`; each
+/// list between markers, with its count.
 const SITES_INIT: &str = r#"#!/bin/busybox sh
 B=/bin/busybox
 $B mkdir -p /proc /sys /tmp
@@ -79,20 +82,29 @@ $B awk 'NR == FNR { if (($2 == "t" || $2 == "T") && NF == 3) { n[$3]++; a[$3] = 
 echo FCTRACE-SITES-BEGIN
 $B cat /tmp/sites
 echo "FCTRACE-SITES-END $($B wc -l < /tmp/sites)"
+$B awk '$2 ~ /^[tTwW]$/ && NF == 3 { print $1, $3 }' /proc/kallsyms > /tmp/syms
+echo FCTRACE-SYMS-BEGIN
+$B cat /tmp/syms
+echo "FCTRACE-SYMS-END $($B wc -l < /tmp/syms)"
 $B poweroff -f
 "#;
 
-/// The kernel's ftrace sites, as the running kernel has them: boots the image (without
-/// KASLR, so that the addresses are the image's) under `qemu-system-aarch64` with a
-/// busybox and [`SITES_INIT`], once; returns the file (`FUNCTION SITE NAME` lines, hex
-/// addresses). The A64 decoder's host test checks `a64::ftrace_site()` on each.
-pub fn ensure_sites() -> Result<PathBuf> {
-    let out = dir().join(format!("ftrace-sites-{ABI}.txt"));
-    if out.exists() {
-        return Ok(out);
+/// The kernel's ftrace sites and text symbols, as the running kernel has them: boots the
+/// image (without KASLR, so that the addresses are the image's) under
+/// `qemu-system-aarch64` with a busybox and [`SITES_INIT`], once; returns the two files
+/// (`FUNCTION SITE NAME` lines, and `ADDRESS NAME` lines; hex addresses). The A64
+/// decoder's host tests check `a64::ftrace_site()` on each site, and `a64::call_site()`
+/// over every function the symbols bound.
+pub fn ensure_lists() -> Result<(PathBuf, PathBuf)> {
+    let sites = dir().join(format!("ftrace-sites-{ABI}.txt"));
+    let syms = dir().join(format!("functions-{ABI}.txt"));
+    if sites.exists() && syms.exists() {
+        return Ok((sites, syms));
     }
     let img = ensure_image()?;
-    note(format!("listing {ABI}'s ftrace sites in an arm64 guest"));
+    note(format!(
+        "listing {ABI}'s ftrace sites and text symbols in an arm64 guest"
+    ));
     let tmp = crate::util::cache_root().join("debian-arm64-sites.tmp");
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir_all(&tmp)?;
@@ -148,17 +160,22 @@ pub fn ensure_sites() -> Result<PathBuf> {
     .run()
     .map_err(|e| format!("qemu-system-aarch64 for the ftrace sites: {e}"))?;
     let text = String::from_utf8_lossy(&console.stdout).replace('\r', "");
-    let sites = parse_sites(&text)?;
+    check_text(&text)?;
+    let listed = parse_list(&text, "SITES", 3)?;
+    let symbols = parse_list(&text, "SYMS", 2)?;
     // Whole or not at all: a list cut short would be taken as the kernel's.
-    fs::write(tmp.join("sites"), sites)?;
-    fs::rename(tmp.join("sites"), &out)?;
+    for (list, out) in [(listed, &sites), (symbols, &syms)] {
+        let part = tmp.join("list");
+        fs::write(&part, list)?;
+        fs::rename(&part, out)?;
+    }
     fs::remove_dir_all(&tmp)?;
-    Ok(out)
+    Ok((sites, syms))
 }
 
-/// The lines between the guest's markers, checked: `_text` where the image is linked,
-/// and as many well-formed lines as the guest counted.
-fn parse_sites(console: &str) -> Result<String> {
+/// Checks that the guest's kernel ran where the image is linked: `_text` at
+/// `KIMAGE_VADDR`.
+fn check_text(console: &str) -> Result<()> {
     const KIMAGE_VADDR: &str = "ffff800080000000";
     let text = console
         .lines()
@@ -167,29 +184,37 @@ fn parse_sites(console: &str) -> Result<String> {
     if text.trim() != KIMAGE_VADDR {
         bail!("the arm64 guest's _text is {text}, not {KIMAGE_VADDR} (KASLR on?)");
     }
+    Ok(())
+}
+
+/// The list `what` (`SITES`, `SYMS`) between the guest's markers, checked: as many
+/// well-formed lines as the guest counted, each of `fields` fields, all but the last
+/// 16-digit hex addresses.
+fn parse_list(console: &str, what: &str, fields: usize) -> Result<String> {
     let body = console
-        .split_once("FCTRACE-SITES-BEGIN\n")
+        .split_once(&format!("FCTRACE-{what}-BEGIN\n"))
         .map(|(_, b)| b)
-        .ok_or("the arm64 guest printed no sites")?;
+        .ok_or_else(|| format!("the arm64 guest printed no {what} list"))?;
     let (body, end) = body
-        .split_once("FCTRACE-SITES-END ")
-        .ok_or("the arm64 guest's list of sites did not end")?;
+        .split_once(&format!("FCTRACE-{what}-END "))
+        .ok_or_else(|| format!("the arm64 guest's {what} list did not end"))?;
     let want: usize = end
         .lines()
         .next()
         .and_then(|n| n.trim().parse().ok())
-        .ok_or("the arm64 guest's list of sites has no count")?;
+        .ok_or_else(|| format!("the arm64 guest's {what} list has no count"))?;
     let ok = |l: &str| {
         let f: Vec<&str> = l.split(' ').collect();
-        f.len() == 3
-            && f[..2]
+        f.len() == fields
+            && f[..fields - 1]
                 .iter()
                 .all(|a| a.len() == 16 && u64::from_str_radix(a, 16).is_ok())
+            && !f[fields - 1].is_empty()
     };
     let lines: Vec<&str> = body.lines().filter(|l| ok(l)).collect();
     if lines.len() != want || want == 0 {
         bail!(
-            "the arm64 guest listed {want} ftrace sites, {} arrived whole",
+            "the arm64 guest listed {want} lines of {what}, {} arrived whole",
             lines.len()
         );
     }
@@ -201,18 +226,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sites_parse() {
+    fn lists_parse() {
         let c = "[ 1.0] boot\nFCTRACE-TEXT ffff800080000000\nFCTRACE-SITES-BEGIN\n\
                  ffff800080010000 ffff800080010004 do_one\n\
                  ffff800080010100 ffff800080010108 do_two\n\
-                 FCTRACE-SITES-END 2\n";
+                 FCTRACE-SITES-END 2\nFCTRACE-SYMS-BEGIN\n\
+                 ffff800080010000 do_one\nffff800080010100 do_two\n\
+                 FCTRACE-SYMS-END 2\n";
+        assert!(check_text(c).is_ok());
         assert_eq!(
-            parse_sites(c).unwrap(),
+            parse_list(c, "SITES", 3).unwrap(),
             "ffff800080010000 ffff800080010004 do_one\nffff800080010100 ffff800080010108 do_two\n"
         );
+        assert_eq!(
+            parse_list(c, "SYMS", 2).unwrap(),
+            "ffff800080010000 do_one\nffff800080010100 do_two\n"
+        );
         // A line cut by the console, a missing end, another _text: refused.
-        assert!(parse_sites(&c.replace("ffff800080010108 ", "ffff80008001")).is_err());
-        assert!(parse_sites(&c.replace("FCTRACE-SITES-END 2\n", "")).is_err());
-        assert!(parse_sites(&c.replace("TEXT ffff800080000000", "TEXT ffff800081000000")).is_err());
+        assert!(parse_list(&c.replace("ffff800080010108 ", "ffff80008001"), "SITES", 3).is_err());
+        assert!(parse_list(
+            &c.replace("ffff800080010100 do_two", "ffff80008001"),
+            "SYMS",
+            2
+        )
+        .is_err());
+        assert!(parse_list(&c.replace("FCTRACE-SITES-END 2\n", ""), "SITES", 3).is_err());
+        assert!(parse_list(&c.replace("FCTRACE-SYMS-END 2\n", ""), "SYMS", 2).is_err());
+        assert!(check_text(&c.replace("TEXT ffff800080000000", "TEXT ffff800081000000")).is_err());
     }
 }

@@ -6,7 +6,8 @@
 //!    anything);
 //! 1. `cargo test --workspace` on the host (env `FCTRACE_VMLINUX=<KDIR>/vmlinux`, and
 //!    `FCTRACE_A64_IMAGE`: Debian's arm64 kernel image, fetched once, and
-//!    `FCTRACE_A64_SITES`: its ftrace sites, listed once by booting it, `arm64.rs`);
+//!    `FCTRACE_A64_SITES` and `FCTRACE_A64_SYMS`: its ftrace sites and text symbols,
+//!    listed once by booting it, `arm64.rs`);
 //! 2. boot the guest with `/selftests/fctracetest [PATTERN]` as the script; with
 //!    `--jobs N`, N guests side by side, guest i running every Nth test from the i-th
 //!    (`fctrace.shard=i/N` on its command line; consoles in `console-i.log`);
@@ -323,7 +324,7 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
     // 1. host tests; the A64 decoder's take every word of Debian's arm64 kernel image,
     // and its ftrace sites.
     let a64 = if host {
-        Some((crate::arm64::ensure_image()?, crate::arm64::ensure_sites()?))
+        Some((crate::arm64::ensure_image()?, crate::arm64::ensure_lists()?))
     } else {
         None
     };
@@ -335,10 +336,11 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
         if !crate::kernel::is_debian() {
             cmd = cmd.env("FCTRACE_VMLINUX", kdir.join("vmlinux"));
         }
-        if let Some((img, sites)) = &a64 {
+        if let Some((img, (sites, syms))) = &a64 {
             cmd = cmd
                 .env("FCTRACE_A64_IMAGE", img)
-                .env("FCTRACE_A64_SITES", sites);
+                .env("FCTRACE_A64_SITES", sites)
+                .env("FCTRACE_A64_SYMS", syms);
         }
         cmd.before_spawn(echo).run().is_ok()
     };

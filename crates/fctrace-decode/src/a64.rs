@@ -462,3 +462,101 @@ pub fn ftrace_site(entry: [u32; 3], addr: u64) -> Option<u64> {
     }
     None
 }
+
+/// Where a call site sends the task: a fixed address, or the address in a
+/// register (`BLR`, `BR` and their authenticated forms, with the key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// `BL label`, `B label`: a fixed address.
+    Direct(u64),
+    /// `BLR Xn`, `BR Xn`: register `n` (31 is `XZR`), authenticated with
+    /// the key of `Pac`.
+    Reg(Reg, Pac),
+}
+
+/// What an instruction of a function is to the function's call sites.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Site {
+    /// A call: `BL`, `BLR`.
+    Call(Target),
+    /// A branch out of the function: a tail call.
+    Tail(Target),
+    /// A conditional branch out of the function: a tail call when the test
+    /// holds.
+    TailIf(u64, Test),
+    /// `BR Xn` (and its authenticated forms): a tail call when the target
+    /// lies outside the function, else a jump inside it (GCC's jump tables
+    /// on arm64 end with `BR`). Only the register's value tells, at the site.
+    JumpReg(Reg, Pac),
+}
+
+/// The call site the instruction `insn` of a function is, by its control
+/// flow; `inside(a)` tells whether address `a` belongs to the function (its
+/// cold part included). `None` for the rest: returns, branches inside the
+/// function, traps.
+pub fn call_site(insn: Insn, inside: impl Fn(u64) -> bool) -> Option<Site> {
+    match insn.flow {
+        Flow::Call(t) => Some(Site::Call(Target::Direct(t))),
+        Flow::CallReg(r, pac) => Some(Site::Call(Target::Reg(r, pac))),
+        Flow::Jmp(t) if !inside(t) => Some(Site::Tail(Target::Direct(t))),
+        Flow::Branch(t, test) if !inside(t) => Some(Site::TailIf(t, test)),
+        Flow::JmpReg(r, pac) => Some(Site::JumpReg(r, pac)),
+        _ => None,
+    }
+}
+
+/// Where the function at `start` ends, at most at `bound` (the next symbol):
+/// after the first instruction that does not fall through (`RET`, `B`, a
+/// trap, a `BL` of a function `noreturn(target)` says never returns, such
+/// as `__stack_chk_fail()`) at or past the furthest address a branch before
+/// it targets inside `start..bound`; or at a `B` out of the function right
+/// after a `BL`, which cannot be a tail call (the link register holds the
+/// `BL`'s return address, in this function). kallsyms bounds the last
+/// function of a section by the next symbol, which may lie past code that
+/// belongs to no function (the alternatives' replacement sequences follow
+/// `.text` unnamed). `BR` does not end a function: the blocks of a jump
+/// table follow it. `word(a)` reads the word at `a` (`None`: unreadable,
+/// the function ends there).
+pub fn function_end(
+    start: u64,
+    bound: u64,
+    word: impl Fn(u64) -> Option<u32>,
+    noreturn: impl Fn(u64) -> bool,
+) -> u64 {
+    let mut reach = start;
+    let mut pc = start;
+    let mut after_call = false;
+    while pc < bound {
+        let Some(w) = word(pc) else {
+            return pc;
+        };
+        let insn = decode(w, pc);
+        let target = match insn.flow {
+            Flow::Jmp(t) | Flow::Branch(t, _) => Some(t),
+            _ => None,
+        };
+        let inside = target.is_some_and(|t| (start..bound).contains(&t));
+        if let Some(t) = target.filter(|_| inside) {
+            reach = reach.max(t);
+        }
+        if after_call && pc >= reach && matches!(insn.flow, Flow::Jmp(_)) && !inside {
+            return pc;
+        }
+        after_call = matches!(insn.flow, Flow::Call(_));
+        let ends = match insn.flow {
+            Flow::Ret(..) | Flow::Jmp(_) | Flow::ExceptionRet | Flow::Brk(_) | Flow::Undefined => {
+                true
+            }
+            Flow::Call(t) => noreturn(t),
+            _ => false,
+        };
+        let Some(next) = pc.checked_add(4) else {
+            return bound;
+        };
+        pc = next;
+        if ends && pc > reach {
+            return pc;
+        }
+    }
+    bound
+}

@@ -552,3 +552,165 @@ fn ftrace_site_of_every_traceable_function() {
     assert_eq!(after_bti, 0, "sites after a BTI C in a kernel without BTI");
     eprintln!("{n} ftrace sites agree");
 }
+
+/// Every traceable function of Debian's arm64 kernel (`FCTRACE_A64_SITES`),
+/// up to its end (`a64::function_end()`, before the next text symbol of
+/// `FCTRACE_A64_SYMS`: `ADDRESS NAME`, from the running kernel's kallsyms,
+/// weak functions included): the call sites `a64::call_site()` finds in
+/// each. Every direct call and tail call must go to a function's entry (a
+/// symbol's start).
+///
+/// A function that ends with a call of a function that never returns is
+/// followed by unnamed code up to the next symbol (the alternatives'
+/// replacement sequences): `function_end()` needs to know those callees.
+/// Functions that never return, which GCC makes the last call of a function.
+const NORETURN: &[&str] = &["__stack_chk_fail", "panic", "do_exit", "make_task_dead"];
+
+#[test]
+fn call_sites_of_every_traceable_function() {
+    let (Some(img), Some(sites), Some(syms)) = (
+        image(),
+        std::env::var_os("FCTRACE_A64_SITES"),
+        std::env::var_os("FCTRACE_A64_SYMS"),
+    ) else {
+        eprintln!("SKIP: no arm64 image, FCTRACE_A64_SITES or FCTRACE_A64_SYMS");
+        return;
+    };
+    let data = std::fs::read(&img).unwrap_or_else(|e| panic!("{}: {e}", img.display()));
+    let read =
+        |p: &std::ffi::OsStr| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+    let (sites, syms) = (read(&sites), read(&syms));
+    const KIMAGE_VADDR: u64 = 0xffff_8000_8000_0000;
+    let end_of_image = KIMAGE_VADDR + data.len() as u64;
+    let hex = |s: &str| u64::from_str_radix(s, 16).expect("a hex address");
+    let mut starts: Vec<u64> = syms
+        .lines()
+        .map(|l| hex(l.split_once(' ').expect("ADDRESS NAME").0))
+        .filter(|a| (KIMAGE_VADDR..end_of_image).contains(a))
+        .collect();
+    starts.sort();
+    starts.dedup();
+    // The functions that never return which a function may end with a call of.
+    let noreturn: std::collections::HashSet<u64> = syms
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, name)| NORETURN.contains(name))
+        .map(|(a, _)| hex(a))
+        .collect();
+    let word = |a: u64| {
+        let off = usize::try_from(a - KIMAGE_VADDR).expect("an offset");
+        u32::from_le_bytes(data[off..off + 4].try_into().expect("4 bytes"))
+    };
+    let entry = |t: u64| starts.binary_search(&t).is_ok();
+    let mut n = std::collections::BTreeMap::<&str, usize>::new();
+    let mut wrong = Vec::new();
+    for l in sites.lines() {
+        let f: Vec<&str> = l.split(' ').collect();
+        let (start, name) = (hex(f[0]), f[2]);
+        let i = starts.partition_point(|&a| a <= start);
+        let Some(&bound) = starts.get(i) else {
+            continue;
+        };
+        let end = a64::function_end(start, bound, |a| Some(word(a)), |t| noreturn.contains(&t));
+        *n.entry("functions").or_default() += 1;
+        let inside = |t: u64| (start..end).contains(&t);
+        for pc in (start..end).step_by(4) {
+            let insn = a64::decode(word(pc), pc);
+            let Some(site) = a64::call_site(insn, inside) else {
+                continue;
+            };
+            let (kind, to) = match site {
+                a64::Site::Call(a64::Target::Direct(t)) => ("call", Some(t)),
+                a64::Site::Call(a64::Target::Reg(..)) => ("indirect call", None),
+                a64::Site::Tail(a64::Target::Direct(t)) => ("tail call", Some(t)),
+                a64::Site::Tail(a64::Target::Reg(..)) => ("indirect tail call", None),
+                a64::Site::TailIf(t, _) => ("conditional tail call", Some(t)),
+                a64::Site::JumpReg(..) => ("branch through a register", None),
+            };
+            *n.entry(kind).or_default() += 1;
+            if let Some(t) = to {
+                if !entry(t) {
+                    wrong.push(format!("{name}+{:#x}: {kind} to {t:#x}", pc - start));
+                }
+            }
+        }
+    }
+    eprintln!("{n:?}");
+    assert!(
+        wrong.is_empty(),
+        "{} branches out of a function to no function's entry:\n{}",
+        wrong.len(),
+        wrong[..wrong.len().min(40)].join("\n")
+    );
+    assert!(n["functions"] >= 40_000, "only {n:?}");
+    assert!(n["call"] >= 200_000, "only {n:?}");
+    assert_eq!(n.get("indirect tail call"), None, "a BR is a JumpReg");
+}
+
+/// `a64::function_end()` and `a64::call_site()` on hand-made functions.
+#[test]
+fn function_end_and_call_sites_by_hand() {
+    const F: u64 = 0xffff_8000_8001_0000;
+    let (ret, nop, paciasp, autiasp) = (0xd65f_03c0, a64::NOP, 0xd503_233f, 0xd503_23bf);
+    // BL/B with a word offset; CBZ X0 with a word offset.
+    let bl = |from: u64, to: u64| {
+        0x9400_0000 | (((to.wrapping_sub(from) as i64 >> 2) as u32) & 0x03ff_ffff)
+    };
+    let b = |from: u64, to: u64| {
+        0x1400_0000 | (((to.wrapping_sub(from) as i64 >> 2) as u32) & 0x03ff_ffff)
+    };
+    let cbz = |from: u64, to: u64| 0xb400_0000 | ((((to - from) >> 2) as u32 & 0x7ffff) << 5);
+    let end = |words: &[u32], noreturn: u64| {
+        let bound = F + 4 * words.len() as u64;
+        let w = |a: u64| words.get(((a - F) / 4) as usize).copied();
+        a64::function_end(F, bound, w, |t| t == noreturn)
+    };
+    let other = F - 0x1000;
+    // Ends after its return; the rest up to the bound is not its own.
+    let f = [
+        paciasp,
+        bl(F + 4, other),
+        autiasp,
+        ret,
+        b(F + 16, other),
+        nop,
+    ];
+    assert_eq!(end(&f, 0), F + 16);
+    // A branch past the return keeps it going, to the next return.
+    let f = [
+        cbz(F, F + 12),
+        ret,
+        nop,
+        bl(F + 12, other),
+        ret,
+        b(F + 20, other),
+    ];
+    assert_eq!(end(&f, 0), F + 20);
+    // A call that does not return ends it; a B right after a BL is no tail call.
+    let f = [paciasp, bl(F + 4, other), nop, b(F + 12, other)];
+    assert_eq!(end(&f, other), F + 8);
+    // (Not knowing the callee, the B looks like a tail call.)
+    assert_eq!(end(&f, 0), F + 16);
+    let f = [paciasp, bl(F + 4, other), b(F + 8, other), nop];
+    assert_eq!(end(&f, 0), F + 8);
+    // A tail call ends it (after the epilogue), and is one.
+    let f = [paciasp, bl(F + 4, other), autiasp, b(F + 12, other), nop];
+    assert_eq!(end(&f, 0), F + 16);
+    let inside = |t: u64| (F..F + 16).contains(&t);
+    let site = |w: u32, pc: u64| a64::call_site(a64::decode(w, pc), inside);
+    use a64::{Site, Target};
+    assert_eq!(site(f[1], F + 4), Some(Site::Call(Target::Direct(other))));
+    assert_eq!(site(f[3], F + 12), Some(Site::Tail(Target::Direct(other))));
+    assert_eq!(site(b(F + 12, F), F + 12), None);
+    assert_eq!(site(ret, F), None);
+    assert!(matches!(site(cbz(F, F + 0x100), F), Some(Site::TailIf(t, _)) if t == F + 0x100));
+    // BLR X8, BR X16.
+    assert_eq!(
+        site(0xd63f_0100, F),
+        Some(Site::Call(Target::Reg(8, a64::Pac::None)))
+    );
+    assert_eq!(
+        site(0xd61f_0200, F),
+        Some(Site::JumpReg(16, a64::Pac::None))
+    );
+}
