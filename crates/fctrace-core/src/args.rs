@@ -381,9 +381,13 @@ fn write_ptr(w: &mut impl Write, v: u64, opts: ValueOpts) -> fmt::Result {
 /// an address, as `__get_free_pages()` returns one; a structure passed by value) is
 /// hidden from a reader who may not see kernel addresses: any value in the kernel's
 /// half of the address space, but the top 16 MiB (small negative numbers: fixmap and
-/// vsyscall addresses are no secret).
+/// vsyscall addresses are no secret). The kernel's half starts at the lowest start of
+/// any paging mode: 0xff00_0000_0000_0000 under x86-64's 5-level paging, where the
+/// direct map and vmalloc lie below 0xffff_8000_0000_0000 (arm64's 52-bit VAs start at
+/// 0xfff0_0000_0000_0000).
 fn hides_word(v: u64, opts: ValueOpts) -> bool {
-    opts.ptr_hash.is_some() && (0xffff_8000_0000_0000..0xffff_ffff_ff00_0000).contains(&v)
+    const KERNEL_HALF: u64 = 0xff00_0000_0000_0000;
+    opts.ptr_hash.is_some() && (KERNEL_HALF..0xffff_ffff_ff00_0000).contains(&v)
 }
 
 /// A 64-bit word of a value that is not a pointer: as `f` writes it, or hashed (see
