@@ -10,8 +10,12 @@
 
 #![recursion_limit = "256"]
 // On arm64 the engine is built without x86-64's mechanisms (trampolines, single steps,
-// pre-sites) and tracing is refused (engine/session.rs): what only those use is unused.
-#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+// pre-sites) and tracing is refused (engine/session.rs): what only those use is unused,
+// and x86-64's reading of code is unreachable after arm64's (engine/arming/arm64.rs).
+#![cfg_attr(
+    not(target_arch = "x86_64"),
+    allow(dead_code, unreachable_code, unused_variables)
+)]
 
 use kernel::prelude::*;
 
@@ -32,6 +36,11 @@ mod bindings {
 }
 
 // The host-tested, no_std logic, compiled here from the same files.
+#[cfg(target_arch = "aarch64")]
+#[allow(dead_code, unreachable_pub)]
+#[path = "../crates/fctrace-decode/src/a64.rs"]
+mod a64;
+
 #[allow(dead_code, unreachable_pub)]
 #[path = "../crates/fctrace-core/src/args.rs"]
 mod args;

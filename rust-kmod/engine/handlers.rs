@@ -9,7 +9,7 @@
 //! (The preemption hooks' handler is in `preempt.rs`; returns come through
 //! `fctrace_return`, see `returns.rs`.)
 
-use super::site::{SiteData, SiteKind, Target};
+use super::site::{Cond, SiteData, SiteKind, Target};
 use super::table::FuncState;
 use super::tree::{task_running, Ctx, Cur, Recorder, TaskData};
 use super::wait::CAN_REDIRECT;
@@ -134,6 +134,21 @@ fn resolve_target(t: Target, regs: &sys::PtRegs, site: &SiteData) -> Option<u64>
             read_word(a)
         }
     }
+}
+
+/// Whether the condition of a conditional tail call holds on the task's registers at
+/// the site.
+#[cfg(target_arch = "x86_64")]
+fn cond_holds(cc: Cond, regs: &sys::PtRegs) -> bool {
+    cc.holds(regs.flags())
+}
+
+/// Whether the condition of a conditional tail call holds on the task's registers at
+/// the site. (A test fctrace does not evaluate never reaches a site: `build_func`
+/// refuses its function.)
+#[cfg(target_arch = "aarch64")]
+fn cond_holds(cc: Cond, regs: &sys::PtRegs) -> bool {
+    cc.holds(regs.flags(), |r| reg(regs, r)).unwrap_or(false)
 }
 
 /// A tree opens at the entry of `func`, at stack pointer `sp` (the start function, an
@@ -278,7 +293,7 @@ impl Tracer {
             ),
             SiteKind::Tail(t) | SiteKind::TailIf(t, _) => {
                 if let SiteKind::TailIf(_, cc) = site.kind {
-                    if !cc.holds(regs.flags()) {
+                    if !cond_holds(cc, regs) {
                         return Done(0);
                     }
                 }

@@ -27,8 +27,16 @@ pub(crate) enum SiteKind {
     Tail(Target),
     /// A conditional jump out of the function: a tail call when condition `cc` holds (to a
     /// retpoline thunk, `jne __x86_indirect_thunk_r11`, it is an indirect one).
-    TailIf(Target, decode::Cond),
+    TailIf(Target, Cond),
 }
+
+/// The condition of a conditional tail call, as the architecture's decoder gives it: x86's
+/// condition code on `EFLAGS`; arm64's test of the flags (`B.cond`) or of a register
+/// (`CBZ`, `TBZ`).
+#[cfg(target_arch = "x86_64")]
+pub(crate) type Cond = decode::Cond;
+#[cfg(target_arch = "aarch64")]
+pub(crate) type Cond = crate::a64::Test;
 
 impl SiteKind {
     /// The callee of a direct call or tail call.

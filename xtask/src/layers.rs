@@ -70,8 +70,8 @@ const CRATES: &str = "crates";
 /// (fctrace-core, fctrace-decode) whose modules may use each other as any crate's do, so
 /// the graph has one node for them all.
 const SHARED: &[&str] = &[
-    "args", "batch", "btf", "decode", "emulate", "errno", "fentry", "format", "going", "parse",
-    "presite", "recent", "record", "retstack", "shadow", "sort", "thunks",
+    "a64", "args", "batch", "btf", "decode", "emulate", "errno", "fentry", "format", "going",
+    "parse", "presite", "recent", "record", "retstack", "shadow", "sort", "thunks",
 ];
 
 /// A top-level module's node in the import graph.

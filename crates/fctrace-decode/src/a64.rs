@@ -102,6 +102,46 @@ pub enum Test {
     },
 }
 
+impl Test {
+    /// Whether the branch is taken, with `nzcv` the condition flags as
+    /// `PSTATE` holds them (N bit 31, Z 30, C 29, V 28) and `reg(n)` the
+    /// value of `Xn` (register 31 reads as zero: `CBZ`/`TBZ` name `XZR`
+    /// there). `None` for the compare-and-branch instructions of FEAT_CMPBR,
+    /// which fctrace does not evaluate (no kernel built for Armv8 has them).
+    pub fn holds(self, nzcv: u64, reg: impl Fn(Reg) -> u64) -> Option<bool> {
+        let r = |n: Reg| if n == 31 { 0 } else { reg(n) };
+        let flag = |bit: u32| nzcv >> bit & 1 == 1;
+        let (n, z, c, v) = (flag(31), flag(30), flag(29), flag(28));
+        Some(match self {
+            Test::Cond { cond, .. } => {
+                let base = match cond >> 1 {
+                    0 => z,
+                    1 => c,
+                    2 => n,
+                    3 => v,
+                    4 => c && !z,
+                    5 => n == v,
+                    6 => n == v && !z,
+                    _ => true,
+                };
+                // The odd codes negate, but for `NV` (15), which is "always" too.
+                if cond & 1 == 1 && cond != 15 {
+                    !base
+                } else {
+                    base
+                }
+            }
+            Test::Zero { reg, wide, nonzero } => {
+                let x = r(reg);
+                let x = if wide { x } else { x & 0xffff_ffff };
+                (x != 0) == nonzero
+            }
+            Test::Bit { reg, bit, nonzero } => (r(reg) >> (bit & 63) & 1 == 1) == nonzero,
+            Test::Compare { .. } => return None,
+        })
+    }
+}
+
 /// The second operand of a compare-and-branch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Operand {
@@ -505,6 +545,11 @@ pub fn call_site(insn: Insn, inside: impl Fn(u64) -> bool) -> Option<Site> {
     }
 }
 
+/// Functions that never return, which a function may end with a call of (GCC
+/// puts nothing after `BL __stack_chk_fail`): the names [`function_end`]'s
+/// `noreturn` is asked about.
+pub const NORETURN: &[&str] = &["__stack_chk_fail", "panic", "do_exit", "make_task_dead"];
+
 /// Where the function at `start` ends, at most at `bound` (the next symbol):
 /// after the first instruction that does not fall through (`RET`, `B`, a
 /// trap, a `BL` of a function `noreturn(target)` says never returns, such
@@ -521,7 +566,7 @@ pub fn function_end(
     start: u64,
     bound: u64,
     word: impl Fn(u64) -> Option<u32>,
-    noreturn: impl Fn(u64) -> bool,
+    mut noreturn: impl FnMut(u64) -> bool,
 ) -> u64 {
     let mut reach = start;
     let mut pc = start;

@@ -564,7 +564,7 @@ fn ftrace_site_of_every_traceable_function() {
 /// followed by unnamed code up to the next symbol (the alternatives'
 /// replacement sequences): `function_end()` needs to know those callees.
 /// Functions that never return, which GCC makes the last call of a function.
-const NORETURN: &[&str] = &["__stack_chk_fail", "panic", "do_exit", "make_task_dead"];
+use a64::NORETURN;
 
 #[test]
 fn call_sites_of_every_traceable_function() {
@@ -624,7 +624,13 @@ fn call_sites_of_every_traceable_function() {
                 a64::Site::Call(a64::Target::Reg(..)) => ("indirect call", None),
                 a64::Site::Tail(a64::Target::Direct(t)) => ("tail call", Some(t)),
                 a64::Site::Tail(a64::Target::Reg(..)) => ("indirect tail call", None),
-                a64::Site::TailIf(t, _) => ("conditional tail call", Some(t)),
+                a64::Site::TailIf(t, test) => {
+                    // The handler evaluates the test on the task's registers.
+                    if test.holds(0, |_| 0).is_none() {
+                        wrong.push(format!("{name}+{:#x}: a test not evaluated", pc - start));
+                    }
+                    ("conditional tail call", Some(t))
+                }
                 a64::Site::JumpReg(..) => ("branch through a register", None),
             };
             *n.entry(kind).or_default() += 1;
@@ -713,4 +719,86 @@ fn function_end_and_call_sites_by_hand() {
         site(0xd61f_0200, F),
         Some(Site::JumpReg(16, a64::Pac::None))
     );
+}
+
+/// `a64::Test::holds()`: the condition codes after `CMP a, b` say what the
+/// signed and unsigned comparisons of `a` and `b` say; `CBZ`, `CBNZ`, `TBZ`,
+/// `TBNZ` test the register (its low half for a `W` register), and register
+/// 31 is the zero register.
+#[test]
+fn branch_conditions() {
+    // The flags of `SUBS XZR, a, b` (`CMP a, b`), in PSTATE's bits.
+    let cmp = |a: u64, b: u64| {
+        let (r, borrow) = a.overflowing_sub(b);
+        let n = r >> 63;
+        let z = u64::from(r == 0);
+        let c = u64::from(!borrow);
+        let v = u64::from((a as i64).overflowing_sub(b as i64).1);
+        n << 31 | z << 30 | c << 29 | v << 28
+    };
+    let cond = |c: u8, flags: u64| {
+        a64::Test::Cond {
+            cond: c,
+            consistent: false,
+        }
+        .holds(flags, |_| 0)
+        .expect("a condition code is evaluated")
+    };
+    let values = [
+        0u64,
+        1,
+        2,
+        0x7fff_ffff_ffff_ffff,
+        0x8000_0000_0000_0000,
+        u64::MAX,
+        u64::MAX - 1,
+        0xffff_8000_8000_0000,
+    ];
+    for &a in &values {
+        for &b in &values {
+            let f = cmp(a, b);
+            let (sa, sb) = (a as i64, b as i64);
+            let want = [
+                a == b,                          // EQ
+                a != b,                          // NE
+                a >= b,                          // CS (HS)
+                a < b,                           // CC (LO)
+                (a.wrapping_sub(b) as i64) < 0,  // MI
+                (a.wrapping_sub(b) as i64) >= 0, // PL
+                sa.overflowing_sub(sb).1,        // VS
+                !sa.overflowing_sub(sb).1,       // VC
+                a > b,                           // HI
+                a <= b,                          // LS
+                sa >= sb,                        // GE
+                sa < sb,                         // LT
+                sa > sb,                         // GT
+                sa <= sb,                        // LE
+                true,                            // AL
+                true,                            // NV
+            ];
+            for (c, &w) in want.iter().enumerate() {
+                assert_eq!(cond(c as u8, f), w, "cond {c} after CMP {a:#x}, {b:#x}");
+            }
+        }
+    }
+    let x = |n: u8| move |r: a64::Reg| if r == n { 0x1_0000_0000 } else { 0xdead };
+    // CBZ W3 / CBZ X3 / CBNZ X3, decoded, with X3 = 1 << 32.
+    let test = |w: u32| match a64::decode(w, 0x1000).flow {
+        a64::Flow::Branch(_, t) => t,
+        f => panic!("{w:#x}: {f:?}"),
+    };
+    let (cbz_w3, cbz_x3, cbnz_x3) = (0x3400_0083, 0xb400_0083, 0xb500_0083);
+    assert_eq!(test(cbz_w3).holds(0, x(3)), Some(true));
+    assert_eq!(test(cbz_x3).holds(0, x(3)), Some(false));
+    assert_eq!(test(cbnz_x3).holds(0, x(3)), Some(true));
+    // CBZ XZR is always taken, whatever `reg` would say of 31.
+    assert_eq!(test(0xb400_009f).holds(0, |_| 1), Some(true));
+    // TBZ X3, #32 / TBNZ X3, #32 / TBNZ W3, #0.
+    let (tbz_32, tbnz_32, tbnz_0) = (0xb600_0083, 0xb700_0083, 0x3700_0083);
+    assert_eq!(test(tbz_32).holds(0, x(3)), Some(false));
+    assert_eq!(test(tbnz_32).holds(0, x(3)), Some(true));
+    assert_eq!(test(tbnz_0).holds(0, x(3)), Some(false));
+    // B.NE with Z set; B.EQ likewise.
+    assert_eq!(test(0x5400_0081).holds(1 << 30, |_| 0), Some(false));
+    assert_eq!(test(0x5400_0080).holds(1 << 30, |_| 0), Some(true));
 }

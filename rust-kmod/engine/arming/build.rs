@@ -88,6 +88,8 @@ impl Tracer {
         sym: &mut SymBuf,
         hook_self: bool,
     ) -> core::result::Result<Func, Reason> {
+        #[cfg(target_arch = "aarch64")]
+        return self.build_func_a64(inner, start, size, sym, hook_self);
         let mut cold_failed = false;
         match self.build_func_with(inner, start, size, sym, hook_self, &mut cold_failed) {
             Err(_) if cold_failed => {
@@ -342,7 +344,12 @@ impl Tracer {
     /// the first, always, and its direct callee (with whether it is tail-called) goes
     /// into `callees` (without room, the site keeps its probe); in the second, not where
     /// that callee has an entry hook now (the hook draws the call).
-    fn site_counts(&self, pass: u32, kind: SiteKind, callees: &mut KVec<(u64, bool)>) -> bool {
+    pub(super) fn site_counts(
+        &self,
+        pass: u32,
+        kind: SiteKind,
+        callees: &mut KVec<(u64, bool)>,
+    ) -> bool {
         let callee = kind.direct_callee();
         if pass == 0 {
             if let Some(c) = callee {
@@ -379,7 +386,7 @@ impl Tracer {
     /// callees never followed as leaves (into `leaf_callees`), and makes room for the
     /// function's `n` sites less those whose callee is now hooked. Returns that number.
     #[allow(clippy::too_many_arguments)]
-    fn hook_direct_callees(
+    pub(super) fn hook_direct_callees(
         &self,
         inner: &mut TracerInner,
         start: u64,
@@ -588,7 +595,7 @@ impl Tracer {
     /// The callees of a function kept for arming ahead: the direct callees with an entry
     /// hook, and the targets of its calls through global function pointers (`fixed`)
     /// that are function starts in the kernel's text.
-    fn known_callees(
+    pub(super) fn known_callees(
         &self,
         callees: &[(u64, bool)],
         fixed: &[u64],
@@ -618,7 +625,12 @@ impl Tracer {
 
     /// Registers `func`'s probes. Sites kprobes refused (static calls) are counted, and
     /// their direct callees get an entry probe instead (see `entry_probe.rs`).
-    fn register_sites(&self, inner: &mut TracerInner, func: &mut Func, sym: &mut SymBuf) {
+    pub(super) fn register_sites(
+        &self,
+        inner: &mut TracerInner,
+        func: &mut Func,
+        sym: &mut SymBuf,
+    ) {
         // Direct calls and tail calls from sites kprobes refused (static calls): their
         // callees get a kprobe at their entry (see `entry_probe.rs`).
         let mut refused: [Option<(u64, bool)>; 8] = [None; 8];

@@ -5,6 +5,8 @@
 //! write), with the tracer's mutex held; never in a probe handler. Placing the probes of
 //! one function is `build.rs`; finding the running kernel's branch thunks `thunks.rs`.
 
+#[cfg(target_arch = "aarch64")]
+mod arm64;
 mod build;
 mod thunks;
 
@@ -210,6 +212,8 @@ impl Tracer {
         if !read_kernel(c, code) {
             return false;
         }
+        #[cfg(target_arch = "aarch64")]
+        return arm64::is_leaf(code, c, size, &mut sym);
         // The same reading of the code as `build_func()`'s.
         let mut padding = Padding::default();
         let mut leaf = true;
@@ -278,6 +282,25 @@ impl Tracer {
         }
         self.preempt.restore_hook_bytes(f, &mut code);
         inner.restore_entry_probe_bytes(f, &mut code);
+        #[cfg(target_arch = "aarch64")]
+        {
+            let mut found: KVec<(u64, bool)> = KVec::new();
+            let mut bad = false;
+            let res = arm64::scan_sites(&code, f, size, sym, |_, kind| {
+                if let Some(c) = kind.direct_callee() {
+                    let tail = !matches!(kind, SiteKind::Call(_));
+                    bad |= found.push((c, tail), GFP_KERNEL).is_err();
+                }
+            });
+            if res.is_ok() && !bad {
+                for c in found {
+                    if !out.contains(&c) && out.push(c, GFP_KERNEL).is_err() {
+                        return;
+                    }
+                }
+            }
+            return;
+        }
         let site = site_offset(&code, f, sym);
         let mut padding = Padding::default();
         let mut found: KVec<(u64, bool)> = KVec::new();
@@ -487,6 +510,8 @@ pub(crate) fn never_probed(inner: &TracerInner, addr: u64, name: &[u8]) -> bool 
 /// The first instruction of a function after `endbr64` and the ftrace site: a probe there
 /// is an int3 probe (not ftrace-based) at the function's entry stack pointer.
 pub(crate) fn body_start(func: u64, sym: &mut SymBuf) -> Option<u64> {
+    #[cfg(target_arch = "aarch64")]
+    return arm64::body_start(func);
     let mut code = [0u8; 16];
     if !read_kernel(func, &mut code) {
         return None;
@@ -502,6 +527,10 @@ pub(crate) fn body_start(func: u64, sym: &mut SymBuf) -> Option<u64> {
 /// kernel points direct calls, static calls among them, at the callee's padding
 /// (`__pfx_<func>`), where its accounting thunk falls through into it.
 pub(crate) fn call_range(func: u64, sym: &mut SymBuf) -> core::ops::RangeInclusive<u64> {
+    // (arm64's calls point at the function: the words before it are data, the ftrace
+    // ops pointer of `DYNAMIC_FTRACE_WITH_CALL_OPS`.)
+    #[cfg(target_arch = "aarch64")]
+    return func..=func;
     if let Some(i) = sym.lookup(func.wrapping_sub(1)) {
         if i.name.starts_with("__pfx_") && i.offset < 64 {
             return func.wrapping_sub(1 + i.offset)..=func;
@@ -520,6 +549,8 @@ pub(crate) fn call_range(func: u64, sym: &mut SymBuf) -> core::ops::RangeInclusi
 /// 5-byte nop, or a call into an ftrace caller while ftrace uses it (not an ordinary call:
 /// see `crates/fctrace-decode/src/fentry.rs`). `None` when it has none.
 fn ftrace_site(func: u64, sym: &mut SymBuf) -> Option<u64> {
+    #[cfg(target_arch = "aarch64")]
+    return arm64::ftrace_site(func);
     let mut code = [0u8; 9];
     if !read_kernel(func, &mut code) {
         return None;
@@ -585,6 +616,8 @@ fn branch_site(
         }
         Flow::JmpReg(r) => Some(SiteKind::Tail(Target::Reg(r))),
         Flow::JmpMem(m) => Some(SiteKind::Tail(Target::Mem(m))),
+        // (arm64's conditions are its own: `arm64.rs`.)
+        #[cfg(target_arch = "x86_64")]
         Flow::Jcc(t, Some(cc)) if outside(t) => classify_direct(t, Branch::Jump, sym, thunks)
             .and_then(|c| site_kind(c, |t| SiteKind::TailIf(t, cc))),
         _ => None,

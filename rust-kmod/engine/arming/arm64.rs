@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Reading a function's live code on arm64 (`crate::a64`): where it ends, its ftrace site
+//! and its call sites, for the arming code that `build.rs` and `mod.rs` share with
+//! x86-64. Every site is probed where it is (no pre-sites, post-sites or cold parts yet).
+//!
+//! A64 instructions are words, so there is no length to find, but kallsyms gives no
+//! function's end: a function ends where [`a64::function_end`] says (the last function of
+//! a section is bounded by the next symbol, past code that belongs to no function).
+
+use super::*;
+use crate::a64;
+use core::cell::RefCell;
+
+/// The bytes of an A64 instruction.
+pub(super) const INSN_LEN: u8 = 4;
+
+/// `BRK #0x004`: a kprobe's breakpoint (`KPROBES_BRK_IMM`). In a function fctrace did not
+/// put it there: someone else probes the function, whose words cannot be trusted. (The
+/// kernel's own `BRK`s, `BUG()`'s among them, are code.)
+const KPROBE_BRK: u16 = 0x004;
+
+/// The word at `addr` in `code`, the bytes at `start`.
+fn word(code: &[u8], start: u64, addr: u64) -> Option<u32> {
+    let off = usize::try_from(addr.checked_sub(start)?).ok()?;
+    let b = code.get(off..off.checked_add(4)?)?;
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Whether `t` is the start of a function that never returns ([`a64::NORETURN`]).
+fn is_noreturn(sym: &mut SymBuf, t: u64) -> bool {
+    sym.lookup(t)
+        .is_some_and(|i| i.offset == 0 && a64::NORETURN.iter().any(|&n| n == i.name))
+}
+
+/// The call sites of the function at `start` whose live code (at most `size` bytes, up
+/// to the next symbol) is `code`: `f(offset, kind)` for each, in order. Returns the
+/// function's end and where its body starts (after the ftrace site), or `Unprobeable`
+/// for code fctrace cannot follow: someone else's probe, a branch through an
+/// authenticated pointer, a test it does not evaluate.
+pub(super) fn scan_sites(
+    code: &[u8],
+    start: u64,
+    size: u64,
+    sym: &mut SymBuf,
+    mut f: impl FnMut(u32, SiteKind),
+) -> core::result::Result<(u64, u64), Reason> {
+    let bound = start.saturating_add(size.min(code.len() as u64));
+    let sym = RefCell::new(sym);
+    let end = a64::function_end(
+        start,
+        bound,
+        |a| word(code, start, a),
+        |t| is_noreturn(&mut **sym.borrow_mut(), t),
+    );
+    let sym = sym.into_inner();
+    let body = site_of(code, start).map_or(start, |s| s + u64::from(INSN_LEN));
+    let inside = |t: u64| (start..end).contains(&t);
+    let mut pc = body;
+    while pc < end {
+        let Some(w) = word(code, start, pc) else {
+            return Err(Reason::Unprobeable);
+        };
+        let insn = a64::decode(w, pc);
+        if insn.flow == a64::Flow::Brk(KPROBE_BRK) {
+            return Err(Reason::Unprobeable);
+        }
+        let kind = match a64::call_site(insn, inside) {
+            None => None,
+            Some(a64::Site::Call(a64::Target::Direct(t))) => {
+                direct(t, sym).map(|t| SiteKind::Call(Target::Direct(t)))
+            }
+            Some(a64::Site::Tail(a64::Target::Direct(t))) => {
+                direct(t, sym).map(|t| SiteKind::Tail(Target::Direct(t)))
+            }
+            Some(a64::Site::TailIf(t, test)) => {
+                // (Any registers: only whether the test is evaluated at all.)
+                if test.holds(0, |_| 0).is_none() {
+                    return Err(Reason::Unprobeable);
+                }
+                direct(t, sym).map(|t| SiteKind::TailIf(Target::Direct(t), test))
+            }
+            // The kernel signs return addresses only: a branch through an authenticated
+            // pointer is not followed (its register holds a signed value).
+            Some(a64::Site::Call(a64::Target::Reg(r, a64::Pac::None))) => {
+                Some(SiteKind::Call(Target::Reg(r)))
+            }
+            // A `BR` out of the function is a tail call, inside it a jump table: the
+            // handler tells them apart by the target (`SiteData::in_func`).
+            Some(a64::Site::JumpReg(r, a64::Pac::None))
+            | Some(a64::Site::Tail(a64::Target::Reg(r, a64::Pac::None))) => {
+                Some(SiteKind::Tail(Target::Reg(r)))
+            }
+            Some(_) => return Err(Reason::Unprobeable),
+        };
+        if let Some(kind) = kind {
+            f((pc - start) as u32, kind);
+        }
+        pc += u64::from(INSN_LEN);
+    }
+    Ok((end, body))
+}
+
+/// Whether the function at `start` (its live code `code`, at most `size` bytes) has no
+/// call site: [`Tracer::is_leaf_function`].
+pub(super) fn is_leaf(code: &[u8], start: u64, size: u64, sym: &mut SymBuf) -> bool {
+    let mut sites = 0usize;
+    scan_sites(code, start, size, sym, |_, _| sites += 1).is_ok() && sites == 0
+}
+
+/// A direct call or branch to `t`: the callee, or `None` for a call of instrumentation
+/// (not probed, not shown), as on x86-64.
+fn direct(t: u64, sym: &mut SymBuf) -> Option<u64> {
+    match sym.lookup(t) {
+        Some(i) if i.offset == 0 && is_instrumentation(i.name.as_bytes()) => None,
+        _ => Some(t),
+    }
+}
+
+/// The ftrace site of the function whose first words are `code` (at `start`): the address
+/// ftrace records for it (after `BTI C` and the `NOP` that becomes `MOV X9, X30`).
+fn site_of(code: &[u8], start: u64) -> Option<u64> {
+    let w = |i: u64| word(code, start, start + 4 * i);
+    a64::ftrace_site([w(0)?, w(1)?, w(2)?], start)
+}
+
+/// The ftrace site of the function at `func`, if it has one.
+pub(super) fn ftrace_site(func: u64) -> Option<u64> {
+    let mut code = [0u8; 12];
+    read_kernel(func, &mut code)
+        .then(|| site_of(&code, func))
+        .flatten()
+}
+
+/// The first instruction of the function at `func` after its ftrace site (or its first,
+/// without one).
+pub(super) fn body_start(func: u64) -> Option<u64> {
+    let mut code = [0u8; 12];
+    if !read_kernel(func, &mut code) {
+        return None;
+    }
+    Some(site_of(&code, func).map_or(func, |s| s + u64::from(INSN_LEN)))
+}
+
+impl Tracer {
+    /// arm64's [`Tracer::build_func`]: decodes the live code of the function at `start`
+    /// and registers a probe on each call site whose callee has no entry hook.
+    pub(super) fn build_func_a64(
+        &self,
+        inner: &mut TracerInner,
+        start: u64,
+        size: u64,
+        sym: &mut SymBuf,
+        hook_self: bool,
+    ) -> core::result::Result<Func, Reason> {
+        let mut code =
+            KVVec::from_elem(0u8, size as usize, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
+        if !read_kernel(start, &mut code) {
+            return Err(Reason::Unprobeable);
+        }
+        inner.restore_entry_probe_bytes(start, &mut code);
+        // First pass: the sites and their direct callees; then the callees' entry hooks;
+        // second pass: a probe on each site whose callee has none.
+        let mut kinds: KVec<(u32, SiteKind)> = KVec::new();
+        let mut callees: KVec<(u64, bool)> = KVec::new();
+        let mut full = false;
+        let (end, _) = scan_sites(&code, start, size, sym, |off, kind| {
+            full |= kinds.push((off, kind), GFP_KERNEL).is_err();
+            self.site_counts(0, kind, &mut callees);
+        })?;
+        if full {
+            return Err(Reason::ArmFailed);
+        }
+        let mut leaf_callees: KVec<u64> = KVec::new();
+        let n = self.hook_direct_callees(
+            inner,
+            start,
+            hook_self,
+            &callees,
+            &mut leaf_callees,
+            kinds.len(),
+            sym,
+        )?;
+        let mut sites: KVec<Probe<SiteData>> =
+            KVec::with_capacity(n, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
+        for &(off, kind) in kinds.iter() {
+            if !self.site_counts(1, kind, &mut callees) {
+                continue;
+            }
+            let data = SiteData {
+                func: start,
+                func_end: end,
+                cold: 0,
+                cold_end: 0,
+                addr: start + u64::from(off),
+                len: INSN_LEN,
+                kind,
+                pre: 0,
+                prog: None,
+                leaf: false,
+                post: 0,
+                at_post: false,
+                slot: None,
+            };
+            sites
+                .push(Probe::at(data.addr, data), GFP_KERNEL)
+                .map_err(|_| Reason::ArmFailed)?;
+        }
+        self.make_room(inner, sites.len() as u64)?;
+        let (hooked_callees, fixed_callees) = self.known_callees(&callees, &[], sym);
+        let mut func = Func {
+            sites: ProbeSet::new(sites),
+            entry: 0,
+            pinned: false,
+            end,
+            cold: (0, 0),
+            hooked_callees,
+            fixed_callees,
+        };
+        self.register_sites(inner, &mut func, sym);
+        Ok(func)
+    }
+}
