@@ -38,10 +38,10 @@ static noinline void notrace fctrace_entry_traced(unsigned long ip, struct ftrac
 #else
 	/*
 	 * arm64's ftrace_regs holds the argument registers, the frame pointer, the link
-	 * register, the stack pointer and the pc, not a pt_regs: the handler gets a copy
-	 * (what it changes is not written back: on arm64 it neither hooks a return nor
-	 * redirects the task yet), the rest zero, with the interrupt mask of this
-	 * context (below).
+	 * register, the stack pointer and the pc, not a pt_regs: the handler gets a copy,
+	 * the rest zero, with the interrupt mask of this context (below). Of what it
+	 * changes, the link register is written back (a hooked return, below): it does not
+	 * redirect the task on arm64 yet.
 	 */
 	struct pt_regs copy = {}, *regs = ftrace_partial_regs(fregs, &copy);
 #endif
@@ -78,6 +78,10 @@ static noinline void notrace fctrace_entry_traced(unsigned long ip, struct ftrac
 		regs->pmr = irqs_disabled() ? GIC_PRIO_IRQOFF : GIC_PRIO_IRQON;
 #endif
 	fctrace_entry_hook(ip, regs, (bit >> 8 ? 2 : 1) + !!list, !!list);
+#ifndef CONFIG_X86
+	/* The function returns to the address ftrace_caller() restores x30 from. */
+	arch_ftrace_regs(fregs)->lr = copy.regs[30];
+#endif
 	fctrace_recursion_unlock(bit);
 }
 

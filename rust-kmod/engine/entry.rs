@@ -30,11 +30,11 @@
 //! the callee is armed ahead.
 
 use super::handlers::Callee;
-use super::returns::{is_return_site, stack_key};
+use super::returns::{entry_return_word, is_return_site, stack_key};
 use super::site::Expect;
 use super::table::HOOK_TAIL;
 use super::tree::{Recorder, TaskData};
-use super::{read_text, stack_word, tracer, Tracer, MAX_FRAMES};
+use super::{read_text, tracer, Tracer, MAX_FRAMES};
 use crate::parse::OptionName;
 use crate::record::{Reason, F_INDIRECT, F_TAIL};
 use crate::retstack;
@@ -266,9 +266,9 @@ impl Tracer {
         // a call returning to that site can take it, and the pre-site replaces it.
         let expect = d.expect.filter(|x| x.target == e.func);
         let func = e.func;
-        // At the entry, the stack pointer points to the return address.
-        let entry_sp = regs.sp();
-        let (Some(word), _) = stack_word(entry_sp) else {
+        // At the entry, the stack pointer points to the return address (arm64: the link
+        // register holds it, keyed by the word below the stack pointer).
+        let Some((entry_sp, word)) = entry_return_word(regs) else {
             return 0;
         };
         let rec = self.recorder_at(&cur, regs);
@@ -322,7 +322,7 @@ impl Tracer {
         match callee {
             Callee::Follow | Callee::Thunk => {
                 if d.stack.open(&rec, func, site, flags, entry_sp, false) && !tail {
-                    self.hook_return(entry_sp);
+                    self.hook_return(entry_sp, regs);
                 }
             }
             Callee::Hide => d.stack.suppress(site_sp, tail),

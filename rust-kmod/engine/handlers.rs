@@ -9,6 +9,7 @@
 //! (The preemption hooks' handler is in `preempt.rs`; returns come through
 //! `fctrace_return`, see `returns.rs`.)
 
+use super::returns::{callee_retp, entry_retp, entry_return_word};
 use super::site::{Cond, SiteData, SiteKind, Target};
 use super::table::FuncState;
 use super::tree::{task_running, Ctx, Cur, Recorder, TaskData};
@@ -136,6 +137,15 @@ fn resolve_target(t: Target, regs: &sys::PtRegs, site: &SiteData) -> Option<u64>
     }
 }
 
+impl Tracer {
+    /// Hooks the return of the function entered with `regs`, whose tree just opened.
+    fn hook_entry_return(&self, regs: &mut sys::PtRegs) {
+        if let Some((retp, _)) = entry_return_word(regs) {
+            self.hook_return(retp, regs);
+        }
+    }
+}
+
 /// Whether the condition of a conditional tail call holds on the task's registers at
 /// the site.
 #[cfg(target_arch = "x86_64")]
@@ -154,7 +164,8 @@ fn cond_holds(cc: Cond, regs: &sys::PtRegs) -> bool {
 /// A tree opens at the entry of `func`, at stack pointer `sp` (the start function, an
 /// interrupt handler): frames below `sp` are stale (their returns were missed, e.g. an
 /// earlier interrupt's) and close; frames left at or above it mean the entry is nested
-/// inside a tree already, which goes on. Returns whether the tree opened.
+/// inside a tree already, which goes on. Returns whether the tree opened (its caller
+/// then hooks the root's return: [`Tracer::hook_entry_return`]).
 fn open_tree(rec: &Recorder<'_>, d: &mut TaskData, func: u64, sp: u64) -> bool {
     d.stack.close_stale(rec, sp);
     if d.stack.depth() > 0 {
@@ -162,11 +173,7 @@ fn open_tree(rec: &Recorder<'_>, d: &mut TaskData, func: u64, sp: u64) -> bool {
     }
     d.stack.end_suppression();
     d.wait.last_redirect = 0;
-    let opened = d.stack.open(rec, func, 0, 0, sp, false);
-    if opened {
-        rec.tr.hook_return(sp);
-    }
-    opened
+    d.stack.open(rec, func, 0, 0, sp, false)
 }
 
 impl Tracer {
@@ -324,7 +331,7 @@ impl Tracer {
         if !matches!(callee, Callee::Wait) {
             d.wait.last_redirect = 0;
         }
-        let entry_sp = if tail { sp } else { sp - 8 };
+        let entry_sp = callee_retp(sp, tail);
         match callee {
             // A preemption thunk's frame holds what `Hook::Preempt` sees of the scheduler.
             Callee::Follow | Callee::Thunk => {
@@ -382,7 +389,13 @@ impl Tracer {
             return 0;
         }
         let func = self.root.load(Ordering::Relaxed);
-        if open_tree(&self.recorder_at(&cur, regs), &mut d, func, regs.sp()) {
+        if open_tree(
+            &self.recorder_at(&cur, regs),
+            &mut d,
+            func,
+            entry_retp(regs.sp()),
+        ) {
+            self.hook_entry_return(regs);
             d.wait.nowait = false;
         }
         0
@@ -438,7 +451,7 @@ impl Tracer {
         match self.classify_call(&cur, &d, func, func, false) {
             Callee::Follow | Callee::Thunk => {
                 if d.stack.open(&rec, func, site, F_FAULT, entry_sp, false) {
-                    self.hook_return(entry_sp);
+                    self.hook_return(entry_sp, regs);
                 }
             }
             Callee::Hide => d.stack.suppress(sp, false),
@@ -476,7 +489,14 @@ impl Tracer {
         let Some((_, mut d)) = (unsafe { self.tree(&cur) }) else {
             return 0;
         };
-        open_tree(&self.recorder_at(&cur, regs), &mut d, func, regs.sp());
+        if open_tree(
+            &self.recorder_at(&cur, regs),
+            &mut d,
+            func,
+            entry_retp(regs.sp()),
+        ) {
+            self.hook_entry_return(regs);
+        }
         0
     }
 
@@ -530,7 +550,7 @@ impl Tracer {
                 if d.stack.open(&rec, target, hook_addr, 0, sp, false) {
                     // x64_sys_call() tail-calls (or calls) the system call here: its own
                     // return is the system call's.
-                    self.hook_return(sp);
+                    self.hook_return(sp, regs);
                 }
                 return 0;
             }

@@ -388,7 +388,7 @@ impl Tracer {
             if !d.stack.open(&rec, thunk, site, 0, thunk_sp, true) {
                 return false;
             }
-            self.hook_return(thunk_sp);
+            self.hook_stack_return(thunk_sp);
         }
         if !d
             .stack
@@ -396,7 +396,7 @@ impl Tracer {
         {
             return false;
         }
-        self.hook_return(sched_sp);
+        self.hook_stack_return(sched_sp);
         true
     }
 }

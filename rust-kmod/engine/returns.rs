@@ -33,7 +33,6 @@ use crate::kprobe;
 use crate::parse::OptionName;
 use crate::retstack::RetStack;
 use crate::sys;
-#[cfg(target_arch = "x86_64")]
 use crate::sys::Regs;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -264,21 +263,53 @@ impl Returns {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
 use crate::sys::return_site_addr as return_site;
 pub(crate) use crate::sys::stack_key;
 
-/// Whether `word` is fctrace's return address (`fctrace_return_site`). arm64 has no
-/// return trampoline yet: no word is.
+/// Whether `word` is fctrace's return address (`fctrace_return_site`).
 pub(crate) fn is_return_site(word: u64) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return word == return_site();
-    #[cfg(not(target_arch = "x86_64"))]
-    return {
-        let _ = word;
-        false
-    };
+    word == return_site()
 }
+
+/// At a function's entry (its ftrace site, or a probe on its first instruction), with
+/// registers `regs`: the word that keys its return in the return stacks (`retp`), and the
+/// return address. x86-64: the word on top of the stack, which holds the return address
+/// (`None` where it cannot be read). arm64: the return address is in the link register;
+/// the key is the word below the stack pointer, where x86-64's would be, so that the
+/// return (`fctrace_return_handler(sp)`) finds it the same way.
+pub(crate) fn entry_return_word(regs: &sys::PtRegs) -> Option<(u64, u64)> {
+    let retp = entry_retp(regs.sp());
+    #[cfg(target_arch = "x86_64")]
+    return super::stack_word(retp).0.map(|w| (retp, w));
+    #[cfg(target_arch = "aarch64")]
+    return Some((retp, regs.gpr(LR)));
+}
+
+/// The key of the return of a function entered with stack pointer `sp`: x86-64, the word
+/// there (its return address); arm64, the word below it.
+pub(crate) fn entry_retp(sp: u64) -> u64 {
+    if cfg!(target_arch = "aarch64") {
+        sp.wrapping_sub(8)
+    } else {
+        sp
+    }
+}
+
+/// The key of the return of the callee of a call (`tail`: a jump) made with stack
+/// pointer `sp`: x86-64's call pushes its return address below `sp`, and a tail-called
+/// function returns through the word at `sp`; arm64's `BL` and `B` leave the stack
+/// pointer as it is, so the callee is entered with `sp`.
+pub(crate) fn callee_retp(sp: u64, tail: bool) -> u64 {
+    if tail && cfg!(target_arch = "x86_64") {
+        sp
+    } else {
+        sp.wrapping_sub(8)
+    }
+}
+
+/// arm64's link register, `x30`.
+#[cfg(target_arch = "aarch64")]
+const LR: u8 = 30;
 
 impl Tracer {
     /// Whether returns may be hooked now, by the current context: tracing is on and the
@@ -287,19 +318,62 @@ impl Tracer {
         self.active.load(Ordering::Acquire) && !sys::current_exiting()
     }
 
-    /// A frame opened at a function's entry, whose return address is on top of the stack at
-    /// `retp`: replaces it with the trampoline's, unless it is hooked already (a tail call
-    /// of a frame whose return is hooked). In a probe handler of the context that owns the
-    /// stack. Returns whether the return is hooked (now or before): never on arm64, whose
-    /// return trampoline is not written yet (see `sys/own.rs`).
-    pub(crate) fn hook_return(&self, retp: u64) -> bool {
+    /// A frame opened at a function's entry, whose return is keyed by `retp` (see
+    /// [`entry_return_word`]), with registers `regs`: replaces the return address with the
+    /// trampoline's, unless it is hooked already (a tail call of a frame whose return is
+    /// hooked). In a probe handler of the context that owns the stack. Returns whether the
+    /// return is hooked (now or before).
+    pub(crate) fn hook_return(&self, retp: u64, regs: &mut sys::PtRegs) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return {
+            let _ = regs;
+            self.hook_stack_word(retp)
+        };
+        #[cfg(target_arch = "aarch64")]
+        return self.hook_link_register(retp, regs);
+    }
+
+    /// A frame found on the stack (not at its entry: the preemption hooks' unwinding),
+    /// whose return address is the word at `retp`: [`Self::hook_return`] of that word.
+    /// x86-64 only: arm64 has no preemption hooks, and its return addresses are saved
+    /// signed.
+    pub(crate) fn hook_stack_return(&self, retp: u64) -> bool {
         #[cfg(target_arch = "x86_64")]
         return self.hook_stack_word(retp);
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
         return {
             let _ = retp;
             false
         };
+    }
+
+    /// [`Self::hook_return`] on arm64: at the entry the return address is in the link
+    /// register, which the function's prologue then saves (signed with the stack pointer
+    /// where the kernel uses pointer authentication, or on the shadow call stack); the
+    /// handler's caller writes `regs`' link register back (`c/entry_ops.c`). Such a saved
+    /// address cannot be put back when tracing stops (`restore_returns`).
+    #[cfg(target_arch = "aarch64")]
+    fn hook_link_register(&self, retp: u64, regs: &mut sys::PtRegs) -> bool {
+        let frs = return_site();
+        let orig = regs.gpr(LR);
+        if orig == frs {
+            return true;
+        }
+        let key = stack_key(retp);
+        if key == 0 || !self.may_hook() {
+            return false;
+        }
+        match self.returns.push_new(key, retp, orig) {
+            Pushed::Yes => {}
+            Pushed::Already => return true,
+            Pushed::Full => {
+                self.stats.returns_unhooked.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+        }
+        sys::set_lr(regs, frs);
+        self.stats.returns_hooked.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// [`Self::hook_return`] on x86-64: the return address is the word at `retp`.
@@ -333,18 +407,10 @@ impl Tracer {
         true
     }
 
-    /// An int3 handler makes the call of `target` itself, with return address `ret`
-    /// replaced by the trampoline's (when there is room): the pre-handler then returns 1.
-    /// On arm64 the call is made with `ret`: no return is hooked there yet.
-    #[cfg(not(target_arch = "x86_64"))]
-    pub(crate) fn hooked_call(&self, regs: &mut sys::PtRegs, ret: u64, target: u64) {
-        self.stats.returns_unhooked.fetch_add(1, Ordering::Relaxed);
-        kprobe::emulate_call(regs, ret, target);
-    }
-
-    /// An int3 handler makes the call of `target` itself, with return address `ret`
-    /// replaced by the trampoline's (when there is room): the pre-handler then returns 1.
-    #[cfg(target_arch = "x86_64")]
+    /// A breakpoint's handler makes the call of `target` itself, with return address
+    /// `ret` replaced by the trampoline's (when there is room): the pre-handler then
+    /// returns 1. (arm64: the `BL` leaves the stack pointer as it is, and the return is
+    /// keyed by the word below it, as at an entry.)
     pub(crate) fn hooked_call(&self, regs: &mut sys::PtRegs, ret: u64, target: u64) {
         let retp = regs.sp().wrapping_sub(8);
         let key = stack_key(retp);
@@ -369,9 +435,33 @@ impl Tracer {
     /// hook took over cannot be: it stays live (counted) and returns through the
     /// trampoline later.
     pub(crate) fn restore_returns(&self) {
-        // arm64: no word is ever replaced (see `hook_return`).
         #[cfg(target_arch = "x86_64")]
         self.restore_stack_words();
+        #[cfg(target_arch = "aarch64")]
+        self.keep_link_registers();
+    }
+
+    /// [`Self::restore_returns`] on arm64: a hooked return address went into a register
+    /// that the function then saved where fctrace cannot put it back (signed with the
+    /// stack pointer, or on the shadow call stack): every return still to come through
+    /// the trampoline stays live (counted), and the module holds itself until they came
+    /// (`returns_pending`).
+    #[cfg(target_arch = "aarch64")]
+    fn keep_link_registers(&self) {
+        let mut missed = 0usize;
+        for s in self.returns.slots.iter() {
+            if s.key.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            s.with(|r| {
+                if s.key.load(Ordering::Relaxed) != 0 {
+                    missed += r.restore(|_, _| false);
+                }
+            });
+        }
+        self.stats
+            .returns_not_restored
+            .fetch_add(missed as u64, Ordering::Relaxed);
     }
 
     /// [`Self::restore_returns`] on x86-64.

@@ -2,8 +2,9 @@
 
 //! The module's own code and data, by address: the labels of `trampoline.S` and the
 //! module's `struct module`. Only their addresses are taken, never what is there, which
-//! needs no `unsafe` (rustc 1.82 and later). The trampolines are x86-64's: arm64's are
-//! not written yet, and tracing is refused there (`engine/session.rs`).
+//! needs no `unsafe` (rustc 1.82 and later). arm64 has the return trampoline only
+//! (`trampoline_arm64.S`): its arming trampolines are not written yet, and tracing is
+//! refused there (`engine/session.rs`).
 
 use crate::bindings;
 
@@ -11,8 +12,12 @@ use crate::bindings;
 extern "C" {
     static fctrace_trampoline: [u8; 0];
     static fctrace_entry_trampoline: [u8; 0];
-    static fctrace_return_site: [u8; 0];
     static fctrace_ret_site: [u8; 0];
+}
+
+extern "C" {
+    // `trampoline.S`, `trampoline_arm64.S`.
+    static fctrace_return_site: [u8; 0];
 }
 
 extern "C" {
@@ -33,7 +38,6 @@ pub(crate) fn entry_trampoline_addr() -> u64 {
 }
 
 /// Where a followed function returns to instead of its caller (`fctrace_return_site`).
-#[cfg(target_arch = "x86_64")]
 pub(crate) fn return_site_addr() -> u64 {
     core::ptr::addr_of!(fctrace_return_site) as u64
 }
