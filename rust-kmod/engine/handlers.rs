@@ -430,7 +430,7 @@ impl Tracer {
         if d.wait.guard || d.stack.depth() == 0 {
             return 0;
         }
-        let entry_sp = regs.sp();
+        let entry_sp = entry_retp(regs.sp());
         let sp = entry_sp + 8;
         // A fault inside a call left out (hidden by the filter) is left out with it.
         if d.stack.suppresses(sp) {

@@ -797,9 +797,15 @@ impl TracerHandle {
             KERNEL_TEXT[0].store(text, Ordering::Relaxed);
             KERNEL_TEXT[1].store(etext, Ordering::Relaxed);
         }
-        sys::set_dead_end(crate::ksym::addr_of(kernel::c_str!(
-            "rewind_stack_and_make_dead"
-        )));
+        // Where a task whose return has nowhere to go dies (`sys::return_lost`): x86-64
+        // rewinds its stack first, as after an oops; arm64's `die()` makes the task dead on
+        // the stack it is on.
+        let dead_end = if cfg!(target_arch = "x86_64") {
+            kernel::c_str!("rewind_stack_and_make_dead")
+        } else {
+            kernel::c_str!("make_task_dead")
+        };
+        sys::set_dead_end(crate::ksym::addr_of(dead_end));
         let table = table::FuncTable::new()?;
         let hooks = table::HookTable::new()?;
         let trees = tree::Trees::new()?;

@@ -56,7 +56,15 @@ impl Tracer {
         // The root: the start function's entry (armed now), or in all-system-calls mode a
         // probe in the body of x64_sys_call, whose callee is armed when first called.
         let (root, hook_at) = match inner.start {
+            // (arm64: a probe on the function's first word, before its ftrace site, which
+            // a probe cannot share there: no `KPROBES_ON_FTRACE`)
             Some(a) => (Some(a), a),
+            None if cfg!(target_arch = "aarch64") => {
+                self.log(format_args!(
+                    "tracing: all system calls is x86-64's only: set start_function"
+                ));
+                return Err(Error::from_errno(-(crate::bindings::EOPNOTSUPP as i32)));
+            }
             None => {
                 let (dispatch, _) = resolve(c_str!("x64_sys_call"))?;
                 let (table, _) = resolve(c_str!("sys_call_table"))?;
@@ -149,7 +157,13 @@ impl Tracer {
         } else {
             Hook::Syscall
         };
-        let sched_at = self.preempt.resolve();
+        // (arm64 has no preemption hooks: its preemption does not go through x86-64's
+        // thunks)
+        let sched_at = if cfg!(target_arch = "x86_64") {
+            self.preempt.resolve()
+        } else {
+            Default::default()
+        };
         let mut hooks = KVec::new();
         hooks.push(Probe::at(hook_at, root_hook), GFP_KERNEL)?;
         hooks.push(Probe::on_symbol(c_str!("do_exit"), Hook::Exit), GFP_KERNEL)?;
