@@ -46,6 +46,7 @@ use kernel::ffi::c_int;
 /// A breakpoint in place of the opcode counts (someone else's kprobe, or `text_poke_bp()`
 /// rewriting a static call): fctrace's own call-site probes never sit on a call of a
 /// hooked function, and a breakpoint at an indirect call leaves no rel32 into `target`.
+#[cfg(target_arch = "x86_64")]
 fn is_call_to(site: u64, target: core::ops::RangeInclusive<u64>) -> bool {
     let mut b = [0u8; 5];
     if !read_text(site, &mut b) || !matches!(b[0], 0xe8 | 0xcc) {
@@ -54,6 +55,20 @@ fn is_call_to(site: u64, target: core::ops::RangeInclusive<u64>) -> bool {
     let rel = i32::from_le_bytes([b[1], b[2], b[3], b[4]]);
     target.contains(&site.wrapping_add(5).wrapping_add(rel as i64 as u64))
 }
+
+/// Whether the word at `site` is a `BL` into `target`, an address range. (A breakpoint
+/// there replaced the whole word: it does not count.)
+#[cfg(target_arch = "aarch64")]
+fn is_call_to(site: u64, target: core::ops::RangeInclusive<u64>) -> bool {
+    let mut b = [0u8; 4];
+    read_text(site, &mut b)
+        && matches!(crate::a64::decode(u32::from_le_bytes(b), site).flow,
+                    crate::a64::Flow::Call(t) if target.contains(&t))
+}
+
+/// The length of a direct call: where one ends, its return address, it starts this far
+/// before (x86-64's `call rel32`, arm64's `BL`).
+const CALL_LEN: u64 = if cfg!(target_arch = "x86_64") { 5 } else { 4 };
 
 /// A hooked function's entry: how it was reached.
 pub(super) struct Entered {
@@ -177,7 +192,7 @@ impl Tracer {
         expect: Option<Expect>,
         bp: u64,
     ) -> Option<(u64, bool, u64, bool)> {
-        let call_site = ret.wrapping_sub(5);
+        let call_site = ret.wrapping_sub(CALL_LEN);
         let hooked = ours.is_none() && self.ret_hooks.contains(ret);
         let expected = expect.filter(|x| ours.is_none() && !x.tail && x.ret == ret);
         let is_call = ours.is_none()
