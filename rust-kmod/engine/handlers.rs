@@ -9,8 +9,7 @@
 //! (The preemption hooks' handler is in `preempt.rs`; returns come through
 //! `fctrace_return`, see `returns.rs`.)
 
-use super::returns::{callee_retp, entry_retp, entry_return_word};
-use super::site::{Cond, SiteData, SiteKind, Target};
+use super::site::{callee_retp, entry_retp, Cond, SiteData, SiteKind, Target};
 use super::table::FuncState;
 use super::tree::{task_running, Ctx, Cur, Recorder, TaskData};
 use super::wait::CAN_REDIRECT;
@@ -133,15 +132,6 @@ fn resolve_target(t: Target, regs: &sys::PtRegs, site: &SiteData) -> Option<u64>
                 a = a.wrapping_add(reg(regs, i).wrapping_mul(u64::from(m.scale)));
             }
             read_word(a)
-        }
-    }
-}
-
-impl Tracer {
-    /// Hooks the return of the function entered with `regs`, whose tree just opened.
-    fn hook_entry_return(&self, regs: &mut sys::PtRegs) {
-        if let Some((retp, _)) = entry_return_word(regs) {
-            self.hook_return(retp, regs);
         }
     }
 }

@@ -263,6 +263,7 @@ impl Returns {
     }
 }
 
+use super::site::entry_retp;
 use crate::sys::return_site_addr as return_site;
 pub(crate) use crate::sys::stack_key;
 
@@ -283,28 +284,6 @@ pub(crate) fn entry_return_word(regs: &sys::PtRegs) -> Option<(u64, u64)> {
     return super::stack_word(retp).0.map(|w| (retp, w));
     #[cfg(target_arch = "aarch64")]
     return Some((retp, regs.gpr(LR)));
-}
-
-/// The key of the return of a function entered with stack pointer `sp`: x86-64, the word
-/// there (its return address); arm64, the word below it.
-pub(crate) fn entry_retp(sp: u64) -> u64 {
-    if cfg!(target_arch = "aarch64") {
-        sp.wrapping_sub(8)
-    } else {
-        sp
-    }
-}
-
-/// The key of the return of the callee of a call (`tail`: a jump) made with stack
-/// pointer `sp`: x86-64's call pushes its return address below `sp`, and a tail-called
-/// function returns through the word at `sp`; arm64's `BL` and `B` leave the stack
-/// pointer as it is, so the callee is entered with `sp`.
-pub(crate) fn callee_retp(sp: u64, tail: bool) -> u64 {
-    if tail && cfg!(target_arch = "x86_64") {
-        sp
-    } else {
-        sp.wrapping_sub(8)
-    }
 }
 
 /// arm64's link register, `x30`.
@@ -331,6 +310,13 @@ impl Tracer {
         };
         #[cfg(target_arch = "aarch64")]
         return self.hook_link_register(retp, regs);
+    }
+
+    /// Hooks the return of the function entered with `regs`, whose tree just opened.
+    pub(crate) fn hook_entry_return(&self, regs: &mut sys::PtRegs) {
+        if let Some((retp, _)) = entry_return_word(regs) {
+            self.hook_return(retp, regs);
+        }
     }
 
     /// A frame found on the stack (not at its entry: the preemption hooks' unwinding),

@@ -143,3 +143,25 @@ pub(crate) struct Expect {
     /// A jump (a tail call), not a call.
     pub(crate) tail: bool,
 }
+
+/// The key of the return of a function entered with stack pointer `sp`: x86-64, the word
+/// there (its return address); arm64, the word below it.
+pub(crate) fn entry_retp(sp: u64) -> u64 {
+    if cfg!(target_arch = "aarch64") {
+        sp.wrapping_sub(8)
+    } else {
+        sp
+    }
+}
+
+/// The key of the return of the callee of a call (`tail`: a jump) made with stack
+/// pointer `sp`: x86-64's call pushes its return address below `sp`, and a tail-called
+/// function returns through the word at `sp`; arm64's `BL` and `B` leave the stack
+/// pointer as it is, so the callee is entered with `sp`.
+pub(crate) fn callee_retp(sp: u64, tail: bool) -> u64 {
+    if tail && cfg!(target_arch = "x86_64") {
+        sp
+    } else {
+        sp.wrapping_sub(8)
+    }
+}

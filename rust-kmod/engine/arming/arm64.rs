@@ -8,12 +8,16 @@
 //! function's end: a function ends where [`a64::function_end`] says (the last function of
 //! a section is bounded by the next symbol, past code that belongs to no function).
 
-use super::*;
 use crate::a64;
+use crate::engine::policy::is_instrumentation;
+use crate::engine::read_kernel;
+use crate::engine::site::{SiteKind, Target};
+use crate::ksym::SymBuf;
+use crate::record::Reason;
 use core::cell::RefCell;
 
 /// The bytes of an A64 instruction.
-pub(super) const INSN_LEN: u8 = 4;
+pub(crate) const INSN_LEN: u8 = 4;
 
 /// `BRK #0x004`: a kprobe's breakpoint (`KPROBES_BRK_IMM`). In a function fctrace did not
 /// put it there: someone else probes the function, whose words cannot be trusted. (The
@@ -140,84 +144,4 @@ pub(super) fn body_start(func: u64) -> Option<u64> {
         return None;
     }
     Some(site_of(&code, func).map_or(func, |s| s + u64::from(INSN_LEN)))
-}
-
-impl Tracer {
-    /// arm64's [`Tracer::build_func`]: decodes the live code of the function at `start`
-    /// and registers a probe on each call site whose callee has no entry hook.
-    pub(super) fn build_func_a64(
-        &self,
-        inner: &mut TracerInner,
-        start: u64,
-        size: u64,
-        sym: &mut SymBuf,
-        hook_self: bool,
-    ) -> core::result::Result<Func, Reason> {
-        let mut code =
-            KVVec::from_elem(0u8, size as usize, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
-        if !read_kernel(start, &mut code) {
-            return Err(Reason::Unprobeable);
-        }
-        inner.restore_entry_probe_bytes(start, &mut code);
-        // First pass: the sites and their direct callees; then the callees' entry hooks;
-        // second pass: a probe on each site whose callee has none.
-        let mut kinds: KVec<(u32, SiteKind)> = KVec::new();
-        let mut callees: KVec<(u64, bool)> = KVec::new();
-        let mut full = false;
-        let (end, _) = scan_sites(&code, start, size, sym, |off, kind| {
-            full |= kinds.push((off, kind), GFP_KERNEL).is_err();
-            self.site_counts(0, kind, &mut callees);
-        })?;
-        if full {
-            return Err(Reason::ArmFailed);
-        }
-        let mut leaf_callees: KVec<u64> = KVec::new();
-        let n = self.hook_direct_callees(
-            inner,
-            start,
-            hook_self,
-            &callees,
-            &mut leaf_callees,
-            kinds.len(),
-            sym,
-        )?;
-        let mut sites: KVec<Probe<SiteData>> =
-            KVec::with_capacity(n, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
-        for &(off, kind) in kinds.iter() {
-            if !self.site_counts(1, kind, &mut callees) {
-                continue;
-            }
-            let data = SiteData {
-                func: start,
-                func_end: end,
-                cold: 0,
-                cold_end: 0,
-                addr: start + u64::from(off),
-                len: INSN_LEN,
-                kind,
-                pre: 0,
-                prog: None,
-                leaf: false,
-                post: 0,
-                at_post: false,
-                slot: None,
-            };
-            sites
-                .push(Probe::at(data.addr, data), GFP_KERNEL)
-                .map_err(|_| Reason::ArmFailed)?;
-        }
-        self.make_room(inner, sites.len() as u64)?;
-        let (hooked_callees, fixed_callees) = self.known_callees(&callees, &[], sym);
-        let mut func = Func {
-            sites: ProbeSet::new(sites),
-            entry: 0,
-            pinned: false,
-            end,
-            cold: (0, 0),
-            hooked_callees,
-            fixed_callees,
-        };
-        self.register_sites(inner, &mut func, sym);
-        Ok(func)
-    }
 }

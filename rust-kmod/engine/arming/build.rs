@@ -666,3 +666,85 @@ impl Tracer {
         }
     }
 }
+
+// arm64's builder (its reading of code is `arm64.rs`).
+impl Tracer {
+    /// arm64's [`Tracer::build_func`]: decodes the live code of the function at `start`
+    /// and registers a probe on each call site whose callee has no entry hook.
+    #[cfg(target_arch = "aarch64")]
+    pub(super) fn build_func_a64(
+        &self,
+        inner: &mut TracerInner,
+        start: u64,
+        size: u64,
+        sym: &mut SymBuf,
+        hook_self: bool,
+    ) -> core::result::Result<Func, Reason> {
+        let mut code =
+            KVVec::from_elem(0u8, size as usize, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
+        if !read_kernel(start, &mut code) {
+            return Err(Reason::Unprobeable);
+        }
+        inner.restore_entry_probe_bytes(start, &mut code);
+        // First pass: the sites and their direct callees; then the callees' entry hooks;
+        // second pass: a probe on each site whose callee has none.
+        let mut kinds: KVec<(u32, SiteKind)> = KVec::new();
+        let mut callees: KVec<(u64, bool)> = KVec::new();
+        let mut full = false;
+        let (end, _) = super::arm64::scan_sites(&code, start, size, sym, |off, kind| {
+            full |= kinds.push((off, kind), GFP_KERNEL).is_err();
+            self.site_counts(0, kind, &mut callees);
+        })?;
+        if full {
+            return Err(Reason::ArmFailed);
+        }
+        let mut leaf_callees: KVec<u64> = KVec::new();
+        let n = self.hook_direct_callees(
+            inner,
+            start,
+            hook_self,
+            &callees,
+            &mut leaf_callees,
+            kinds.len(),
+            sym,
+        )?;
+        let mut sites: KVec<Probe<SiteData>> =
+            KVec::with_capacity(n, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
+        for &(off, kind) in kinds.iter() {
+            if !self.site_counts(1, kind, &mut callees) {
+                continue;
+            }
+            let data = SiteData {
+                func: start,
+                func_end: end,
+                cold: 0,
+                cold_end: 0,
+                addr: start + u64::from(off),
+                len: super::arm64::INSN_LEN,
+                kind,
+                pre: 0,
+                prog: None,
+                leaf: false,
+                post: 0,
+                at_post: false,
+                slot: None,
+            };
+            sites
+                .push(Probe::at(data.addr, data), GFP_KERNEL)
+                .map_err(|_| Reason::ArmFailed)?;
+        }
+        self.make_room(inner, sites.len() as u64)?;
+        let (hooked_callees, fixed_callees) = self.known_callees(&callees, &[], sym);
+        let mut func = Func {
+            sites: ProbeSet::new(sites),
+            entry: 0,
+            pinned: false,
+            end,
+            cold: (0, 0),
+            hooked_callees,
+            fixed_callees,
+        };
+        self.register_sites(inner, &mut func, sym);
+        Ok(func)
+    }
+}
