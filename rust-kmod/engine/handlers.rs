@@ -167,6 +167,17 @@ fn open_tree(rec: &Recorder<'_>, d: &mut TaskData, func: u64, sp: u64) -> bool {
 }
 
 impl Tracer {
+    /// A tree opens at the entry of `func` (the start function, an interrupt handler),
+    /// entered with `regs` ([`open_tree`]), and the function's return is hooked. Returns
+    /// whether it opened.
+    fn open_root(&self, cur: &Cur, d: &mut TaskData, func: u64, regs: &mut sys::PtRegs) -> bool {
+        let opened = open_tree(&self.recorder_at(cur, regs), d, func, entry_retp(regs.sp()));
+        if opened {
+            self.hook_entry_return(regs);
+        }
+        opened
+    }
+
     /// Decides what a call of `target` from `site` (a call site, or the system-call
     /// hook) does, for the task `cur` with tree `d`. A callee not armed that the task
     /// cannot wait for is queued to be armed ahead.
@@ -379,13 +390,7 @@ impl Tracer {
             return 0;
         }
         let func = self.root.load(Ordering::Relaxed);
-        if open_tree(
-            &self.recorder_at(&cur, regs),
-            &mut d,
-            func,
-            entry_retp(regs.sp()),
-        ) {
-            self.hook_entry_return(regs);
+        if self.open_root(&cur, &mut d, func, regs) {
             d.wait.nowait = false;
         }
         0
@@ -479,14 +484,7 @@ impl Tracer {
         let Some((_, mut d)) = (unsafe { self.tree(&cur) }) else {
             return 0;
         };
-        if open_tree(
-            &self.recorder_at(&cur, regs),
-            &mut d,
-            func,
-            entry_retp(regs.sp()),
-        ) {
-            self.hook_entry_return(regs);
-        }
+        self.open_root(&cur, &mut d, func, regs);
         0
     }
 

@@ -340,57 +340,60 @@ impl Tracer {
     /// address cannot be put back when tracing stops (`restore_returns`).
     #[cfg(target_arch = "aarch64")]
     fn hook_link_register(&self, retp: u64, regs: &mut sys::PtRegs) -> bool {
-        let frs = return_site();
-        let orig = regs.gpr(LR);
-        if orig == frs {
-            return true;
+        match self.push_hooked(stack_key(retp), retp, regs.gpr(LR)) {
+            Some(true) => {
+                sys::set_lr(regs, return_site());
+                true
+            }
+            Some(false) => true,
+            None => false,
         }
-        let key = stack_key(retp);
+    }
+
+    /// The bookkeeping of a return being hooked: `orig`, the return address that `retp`
+    /// keys on the stack `key`, goes into that stack's return stack. `Some(true)`: the
+    /// caller replaces it with the trampoline's address now (counted); `Some(false)`: it
+    /// is hooked already (a tail call of a frame whose return is hooked; or another
+    /// tracer's return hook, function_graph's, entered before us at this tail-called
+    /// function, replaced our address in turn: hooking it again would send that hook's
+    /// saved copy of our address to us twice); `None`: not hooked.
+    fn push_hooked(&self, key: u64, retp: u64, orig: u64) -> Option<bool> {
+        if orig == return_site() {
+            return Some(false);
+        }
         if key == 0 || !self.may_hook() {
-            return false;
+            return None;
         }
         match self.returns.push_new(key, retp, orig) {
-            Pushed::Yes => {}
-            Pushed::Already => return true,
+            Pushed::Yes => {
+                self.stats.returns_hooked.fetch_add(1, Ordering::Relaxed);
+                Some(true)
+            }
+            Pushed::Already => Some(false),
             Pushed::Full => {
                 self.stats.returns_unhooked.fetch_add(1, Ordering::Relaxed);
-                return false;
+                None
             }
         }
-        sys::set_lr(regs, frs);
-        self.stats.returns_hooked.fetch_add(1, Ordering::Relaxed);
-        true
     }
 
     /// [`Self::hook_return`] on x86-64: the return address is the word at `retp`.
     #[cfg(target_arch = "x86_64")]
     fn hook_stack_word(&self, retp: u64) -> bool {
-        let frs = return_site();
         let (Some(orig), key) = super::stack_word(retp) else {
             return false;
         };
-        if orig == frs {
-            return true;
-        }
-        if key == 0 || !self.may_hook() {
-            return false;
-        }
-        // Hooked already, and another tracer's return hook (function_graph's, entered
-        // before us at this tail-called function) replaced our address in turn: hooking
-        // the word again would send that hook's saved copy of our address to us twice.
-        match self.returns.push_new(key, retp, orig) {
-            Pushed::Yes => {}
-            Pushed::Already => return true,
-            Pushed::Full => {
-                self.stats.returns_unhooked.fetch_add(1, Ordering::Relaxed);
-                return false;
+        match self.push_hooked(key, retp, orig) {
+            Some(true) => {
+                // SAFETY: `retp` is a word of the current context's own stack (its key
+                // says so), the return address of the function being entered, which
+                // nothing else writes.
+                unsafe { core::ptr::write_volatile(retp as *mut u64, return_site()) };
+                true
             }
+            Some(false) => true,
+            None => false,
         }
-        // SAFETY: `retp` is a word of the current context's own stack (its key says so),
-        // the return address of the function being entered, which nothing else writes.
-        unsafe { core::ptr::write_volatile(retp as *mut u64, frs) };
-        self.stats.returns_hooked.fetch_add(1, Ordering::Relaxed);
-        true
     }
 
     /// A breakpoint's handler makes the call of `target` itself, with return address
