@@ -58,9 +58,10 @@ pub(crate) struct Func {
     /// The targets of its calls through global function pointers, read when it was armed
     /// (`smp_ops.send_reschedule`, `x86_platform`'s methods; see `straight_program`), and
     /// the functions whose address it loads into a register (`decode::loaded_address`:
-    /// function pointers it passes on, `lru_add()` in `folio_add_lru()`): armed ahead with
-    /// its direct callees. The calls themselves stay indirect (their sites' handlers see
-    /// the target each call goes to).
+    /// function pointers it passes on, `lru_add()` in `folio_add_lru()`): armed with it
+    /// (`Tracer::arm_as`), and counted among its direct callees for arming ahead. The
+    /// calls themselves stay indirect (their sites' handlers see the target each call
+    /// goes to).
     pub(crate) fixed_callees: KVec<u64>,
 }
 
@@ -87,8 +88,42 @@ impl Tracer {
     }
 
     /// Arms `target`; a `root` (the start function, an interrupt entry) is armed whatever
-    /// the filter says, and pinned.
+    /// the filter says, and pinned. The functions whose address it loads or reads from a
+    /// global pointer (`Func::fixed_callees`) are armed with it, before a task can run
+    /// its code traced: it may call them through a pointer it passes on where the task
+    /// cannot wait (`lru_add_drain_cpu()` passes `lru_add()` to
+    /// `folio_batch_move_lru()`, which calls it with the LRU lock held). Queued for
+    /// arming ahead instead, the first calls raced that round and were not followed
+    /// (`trace/fn_pointers.tc` on the debug kernel). Theirs are not armed so in turn:
+    /// one level, a bounded cost (`lru_add_drain_cpu()` loads six).
     pub(crate) fn arm_as(&self, inner: &mut TracerInner, target: u64, root: bool) -> FuncState {
+        let state = self.arm_one(inner, target, root);
+        if state != FuncState::Armed {
+            return state;
+        }
+        let mut fixed: KVec<u64> = KVec::new();
+        if let Some(f) = self.armed_func(inner, target) {
+            for &c in f.fixed_callees.iter() {
+                if fixed.push(c, GFP_KERNEL).is_err() {
+                    break;
+                }
+            }
+        }
+        // Their entry hooks, and their callees', in one update of the ftrace filter (one
+        // each costs 0.3 s on the debug kernel).
+        self.prehook(inner, &fixed);
+        for c in fixed {
+            if self.table.lookup(c) == FuncState::Unknown
+                && self.arm_one(inner, c, false) == FuncState::Armed
+            {
+                self.stats.armed_ahead.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        state
+    }
+
+    /// Arms `target` alone (see [`Tracer::arm_as`]).
+    fn arm_one(&self, inner: &mut TracerInner, target: u64, root: bool) -> FuncState {
         let state = match self.try_arm(inner, target, root) {
             Ok(s) => s,
             Err(r) => {

@@ -29,7 +29,10 @@ impl Tracer {
                 let t0 = clock_ns();
                 self.arm_probe_closure(inner, t, t0 + SERVE_NS);
                 let mut closure: KVec<u64> = KVec::new();
-                self.arm_sync_closure(inner, t, &mut closure, clock_ns() + SYNC_NS);
+                let wait_ns =
+                    u64::from(self.settings.arm_wait_ms.load(Ordering::Relaxed)) * 1_000_000;
+                let (deadline, floor) = (clock_ns() + SYNC_NS, t0 + wait_ns / 2);
+                self.arm_sync_closure(inner, t, &mut closure, deadline, floor);
                 // And those of each function the closure armed (it is as if the task had
                 // waited there: its own library closure, the `vsnprintf()` family of
                 // `seq_vprintf()`, not a share of one budget), while there is time; the
@@ -50,7 +53,13 @@ impl Tracer {
     /// Arms the callees of `func` (armed), breadth first: those not armed yet, and
     /// through the armed ones too, down to `SYNC_DEPTH` levels below it, until
     /// `SYNC_BUDGET` functions are armed or `deadline` (on `clock_ns()`) has passed (a
-    /// slow kernel, the debug one, arms fewer). Then the direct callees of `func` still
+    /// slow kernel, the debug one, arms fewer). The first `MIN_BELOW` levels, which the
+    /// task is told it has (`FuncTable::below`), are armed until `floor` if that is
+    /// later: half the task's wait (`arm_wait_ms`), so that it does not time out. Cut at
+    /// `deadline` there, a function the task then entered in atomic context had its own
+    /// callees not armed (`lru_add_drain()`'s closure, on the debug kernel, armed
+    /// `lru_add_drain_cpu()` and not `folio_batch_move_lru()`: all four drains of
+    /// `trace/fn_pointers.tc` not followed). Then the direct callees of `func` still
     /// not armed are queued for arming ahead (no more: each queued function is armed
     /// ahead with its own callees, four levels deep). `closure` gets what it armed. With
     /// the mutex held.
@@ -60,13 +69,15 @@ impl Tracer {
         func: u64,
         closure: &mut KVec<u64>,
         deadline: u64,
+        floor: u64,
     ) {
         let mut todo: KVec<(u64, u8)> = KVec::new();
         if todo.push((func, 0), GFP_KERNEL).is_err() {
             return;
         }
         let mut next = 0;
-        let cut = self.walk_sync_closure(inner, func, closure, deadline, &mut todo, &mut next);
+        let limits = (deadline, floor.max(deadline));
+        let cut = self.walk_sync_closure(inner, func, closure, limits, &mut todo, &mut next);
         // Breadth first: every function walked above the level where the walk stopped has
         // all its callees down to that level armed.
         for &(f, level) in todo.iter().take(next) {
@@ -80,14 +91,15 @@ impl Tracer {
         self.table.set_below(func, MIN_BELOW, true);
     }
 
-    /// [`Tracer::arm_sync_closure`]'s walk, from `todo[*next]` on. Returns the level where
+    /// [`Tracer::arm_sync_closure`]'s walk, from `todo[*next]` on: `limits` are the time
+    /// bounds of the levels below `MIN_BELOW` and of those above. Returns the level where
     /// it stopped (`SYNC_DEPTH` if it did not).
     pub(super) fn walk_sync_closure(
         &self,
         inner: &mut TracerInner,
         func: u64,
         closure: &mut KVec<u64>,
-        deadline: u64,
+        limits: (u64, u64),
         todo: &mut KVec<(u64, u8)>,
         next: &mut usize,
     ) -> u8 {
@@ -97,6 +109,12 @@ impl Tracer {
             if level >= SYNC_DEPTH {
                 continue;
             }
+            // (This level's functions arm callees at `level + 1`.)
+            let deadline = if level < MIN_BELOW {
+                limits.1
+            } else {
+                limits.0
+            };
             // At the first function of a level (breadth first: the level's functions follow
             // each other in `todo`, all armed by now), the callees about to be armed of
             // all of them get their own callees' entry hooks in one ftrace update
