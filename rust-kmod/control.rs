@@ -248,9 +248,10 @@ const ARCH_NOTE: &str = if cfg!(target_arch = "x86_64") {
     ""
 } else {
     "
-Not yet on this architecture: tracing. fctrace loads and its files take their
-settings, but starting a trace (set_pid, tracing_on, the kworkers option) fails
-with EOPNOTSUPP and an error_log line; nothing is probed. Only x86-64 traces now.
+Not yet on this architecture: all system calls, waiting for arming. A trace
+needs a start_function (set_pid without one fails with EOPNOTSUPP and an
+error_log line); a call whose callee is not armed yet is drawn as a leaf
+(not followed: not armed yet) and followed from its next call on.
 "
 };
 

@@ -110,10 +110,20 @@ int fctrace_task_context(const struct pt_regs *regs, unsigned int via_ftrace, bo
 		 */
 		pc -= via_ftrace;
 	} else {
+#ifdef CONFIG_ARM64
+		/*
+		 * el1_brk64() enters like an NMI for RCU (ct_nmi_enter()) but counts no NMI:
+		 * debug_exception_enter() disables preemption once.
+		 */
+		if ((pc & PREEMPT_MASK) < PREEMPT_OFFSET)
+			return FCTRACE_CTX_NONE;
+		pc -= PREEMPT_OFFSET;
+#else
 		/* exc_int3() went through irqentry_nmi_enter(): NMI_OFFSET + HARDIRQ_OFFSET. */
 		if ((pc & NMI_MASK) < NMI_OFFSET)
 			return FCTRACE_CTX_NONE;
 		pc -= NMI_OFFSET + HARDIRQ_OFFSET;
+#endif
 	}
 	if (pc & NMI_MASK)
 		return FCTRACE_CTX_NONE;

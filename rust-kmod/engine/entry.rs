@@ -34,6 +34,7 @@ use super::returns::{entry_return_word, is_return_site, stack_key};
 use super::site::Expect;
 use super::table::HOOK_TAIL;
 use super::tree::{Recorder, TaskData};
+use super::wait::CAN_REDIRECT;
 use super::{read_text, tracer, Tracer, MAX_FRAMES};
 use crate::parse::OptionName;
 use crate::record::{Reason, F_INDIRECT, F_TAIL};
@@ -327,7 +328,7 @@ impl Tracer {
                 if d.wait.last_redirect != key {
                     callee = Callee::Wait;
                 }
-            } else if !cur.sleepable {
+            } else if !cur.sleepable || !CAN_REDIRECT {
                 self.want_later(func);
             }
         }

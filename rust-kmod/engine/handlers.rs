@@ -353,7 +353,13 @@ impl Tracer {
                 d.stack.leaf(&rec, r, flags, target, site.addr, sp, tail);
                 // A method of an ops table not armed yet, called where the task could
                 // not wait for it: the table's other methods are armed ahead with it.
-                if indirect && !early && matches!(callee, Callee::Unarmed(Reason::Atomic)) {
+                if indirect
+                    && !early
+                    && matches!(
+                        callee,
+                        Callee::Unarmed(Reason::Atomic | Reason::NotArmedYet)
+                    )
+                {
                     let slot = site
                         .slot
                         .and_then(|a| a.at(|r| Some(reg(regs, r)), read_word));

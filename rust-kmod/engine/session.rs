@@ -44,15 +44,6 @@ impl Tracer {
         if self.active.load(Ordering::Acquire) || !inner.tracing_on || !self.tracing_wanted() {
             return Ok(());
         }
-        // arm64: the entry hooks see calls, but no return is hooked and no task waits yet
-        // (the trampolines are not written), so a trace would be wrong: refused.
-        if cfg!(not(target_arch = "x86_64")) {
-            self.log(format_args!(
-                "tracing: not yet on this architecture (only x86-64 traces; arm64 loads \
-                 the module and its control files)"
-            ));
-            return Err(Error::from_errno(-(crate::bindings::EOPNOTSUPP as i32)));
-        }
         // The root: the start function's entry (armed now), or in all-system-calls mode a
         // probe in the body of x64_sys_call, whose callee is armed when first called.
         let (root, hook_at) = match inner.start {
@@ -61,7 +52,8 @@ impl Tracer {
             Some(a) => (Some(a), a),
             None if cfg!(target_arch = "aarch64") => {
                 self.log(format_args!(
-                    "tracing: all system calls is x86-64's only: set start_function"
+                    "tracing: not yet on this architecture in all-system-calls mode \
+                     (x86-64 only): set start_function"
                 ));
                 return Err(Error::from_errno(-(crate::bindings::EOPNOTSUPP as i32)));
             }

@@ -533,11 +533,11 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
             );
         }
     }
-    // On arm64 all but a few tests skip (fctrace does not trace there yet): a run where
-    // those skipped too showed nothing.
+    // On arm64 all but a few tests skip (fctrace traces only from a start function
+    // there): a run where those skipped too showed nothing.
     let none_ran = crate::kernel::is_arm64() && s.passed == 0;
     if none_ran {
-        println!("selftests: no test passed on arm64 (control/not_traced_arch.tc skipped?)");
+        println!("selftests: no test passed on arm64 (trace/arch_start_function.tc skipped?)");
     }
     println!(
         "fctrace: {} passed, {} failed, {} skipped",

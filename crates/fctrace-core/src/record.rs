@@ -91,6 +91,10 @@ pub enum Reason {
     /// (a jump to a detour, which cannot send the task elsewhere): the task is not sent
     /// to wait there for the callee to be armed. It is armed for its next call.
     EntryProbe = 13,
+    /// The callee was not armed yet, and the task is not sent to wait for it on this
+    /// architecture (arm64 has no arming trampoline yet): the call is drawn as a leaf,
+    /// and the callee is armed for its next call.
+    NotArmedYet = 14,
 }
 
 impl Reason {
@@ -110,6 +114,7 @@ impl Reason {
             11 => Reason::StaticCall,
             12 => Reason::SharedSite,
             13 => Reason::EntryProbe,
+            14 => Reason::NotArmedYet,
             _ => Reason::None,
         }
     }
@@ -131,11 +136,12 @@ impl Reason {
             Reason::StaticCall => "not followed: static call",
             Reason::SharedSite => "not followed: shared ftrace site",
             Reason::EntryProbe => "not followed: entry probe",
+            Reason::NotArmedYet => "not followed: not armed yet",
         }
     }
 
     /// Number of reasons, for per-reason counters.
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 15;
 
     /// Name of the per-reason counter in the `stats` file.
     pub fn stat_name(self) -> &'static str {
@@ -154,6 +160,7 @@ impl Reason {
             Reason::StaticCall => "not_followed_static_call",
             Reason::SharedSite => "not_followed_shared_site",
             Reason::EntryProbe => "not_followed_entry_probe",
+            Reason::NotArmedYet => "not_followed_not_armed_yet",
         }
     }
 }

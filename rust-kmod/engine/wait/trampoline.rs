@@ -4,6 +4,7 @@
 //! `fctrace_trampoline` (or, from an entry hook, `fctrace_entry_trampoline`) and waits
 //! there, where it may sleep, for the work item to arm the callee.
 
+use super::CAN_REDIRECT;
 use crate::engine::tree::{current_ids, task_running, Cur, TaskData};
 use crate::engine::{clock_ns, tracer, Tracer};
 #[cfg(target_arch = "x86_64")]
@@ -16,7 +17,10 @@ impl Tracer {
     /// Whether the task may wait in the trampoline for a callee to be armed: it can sleep,
     /// no wait timed out in this trace, and `arm_wait_ms` is not 0.
     pub(crate) fn may_wait(&self, cur: &Cur, d: &TaskData) -> bool {
-        cur.sleepable && !d.wait.nowait && self.settings.arm_wait_ms.load(Ordering::Relaxed) != 0
+        CAN_REDIRECT
+            && cur.sleepable
+            && !d.wait.nowait
+            && self.settings.arm_wait_ms.load(Ordering::Relaxed) != 0
     }
 
     /// Why a call to an unarmed function is a leaf: the task could not wait (atomic
@@ -25,6 +29,8 @@ impl Tracer {
     pub(crate) fn unarmed_reason(&self, cur: &Cur, d: &TaskData) -> Reason {
         if !cur.sleepable {
             Reason::Atomic
+        } else if !CAN_REDIRECT {
+            Reason::NotArmedYet
         } else if !self.may_wait(cur, d) {
             Reason::ArmTimeout
         } else {
