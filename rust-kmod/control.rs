@@ -242,16 +242,15 @@ Where an error came from (on the host: fctrace-report errors trace.txt):
   grep ERROR trace
 ";
 
-/// What `README` adds where the architecture does not trace yet (see
-/// `Tracer::activate`): a user, and the selftests' runner, read it there.
+/// What `README` adds where the architecture does not do all yet (no arming trampoline:
+/// see `wait/`): a user, and the selftests' runner, read it there.
 const ARCH_NOTE: &str = if cfg!(target_arch = "x86_64") {
     ""
 } else {
     "
-Not yet on this architecture: all system calls, waiting for arming. A trace
-needs a start_function (set_pid without one fails with EOPNOTSUPP and an
-error_log line); a call whose callee is not armed yet is drawn as a leaf
-(not followed: not armed yet) and followed from its next call on.
+Not yet on this architecture: waiting for arming. A call whose callee is not
+armed yet is drawn as a leaf (not followed: not armed yet) and followed from
+its next call on.
 "
 };
 

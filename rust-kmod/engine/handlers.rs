@@ -516,14 +516,7 @@ impl Tracer {
         // A new system call: whatever is still open belongs to one whose return was not
         // seen (it left through a path no probe covers).
         d.stack.close_returning(&rec, u64::MAX, 0, 0, false);
-        let nr = regs.arg(1) & 0xffff_ffff;
-        let table = self.syscall_table.load(Ordering::Relaxed);
-        let target = if nr < MAX_SYSCALLS {
-            read_word(table + 8 * nr)
-        } else {
-            None
-        };
-        let sp = regs.sp();
+        let target = self.syscall_target(regs);
         let hook_addr = p.addr();
         // A new trace, unless the task is back from the trampoline for this call.
         if d.wait.last_redirect != hook_addr {
@@ -541,10 +534,23 @@ impl Tracer {
         match callee {
             Callee::Follow => {
                 d.stack.end_suppression();
-                if d.stack.open(&rec, target, hook_addr, 0, sp, false) {
-                    // x64_sys_call() tail-calls (or calls) the system call here: its own
-                    // return is the system call's.
-                    self.hook_return(sp, regs);
+                // x86-64: x64_sys_call() tail-calls (or calls) the system call here, its
+                // own return is the system call's. arm64: the probe is on the call
+                // (`BLR`), which the handler makes with the return hooked.
+                let entry_sp = if cfg!(target_arch = "x86_64") {
+                    regs.sp()
+                } else {
+                    callee_retp(regs.sp(), false)
+                };
+                if d.stack.open(&rec, target, hook_addr, 0, entry_sp, false) {
+                    #[cfg(target_arch = "x86_64")]
+                    self.hook_return(entry_sp, regs);
+                    #[cfg(target_arch = "aarch64")]
+                    {
+                        // (A `BLR` is one word.)
+                        self.hooked_call(regs, hook_addr + 4, target);
+                        return 1;
+                    }
                 }
                 return 0;
             }
@@ -564,6 +570,22 @@ impl Tracer {
         }
         self.release_if_done(Some(slot), d);
         0
+    }
+
+    /// The system call the root's probe sees called: x86-64, from `sys_call_table` by the
+    /// number `x64_sys_call()` got; arm64, in the register `invoke_syscall()` calls
+    /// through (it checked the number against the table's size).
+    fn syscall_target(&self, regs: &sys::PtRegs) -> Option<u64> {
+        #[cfg(target_arch = "aarch64")]
+        return Some(regs.gpr(self.syscall_from.load(Ordering::Relaxed) as u8));
+        #[cfg(target_arch = "x86_64")]
+        {
+            let nr = regs.arg(1) & 0xffff_ffff;
+            let table = self.syscall_from.load(Ordering::Relaxed);
+            (nr < MAX_SYSCALLS)
+                .then(|| read_word(table + 8 * nr))
+                .flatten()
+        }
     }
 
     /// `do_exit()` entry: close the thread's frames; forget the process when its last

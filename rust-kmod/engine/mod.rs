@@ -353,9 +353,12 @@ pub(crate) struct Tracer {
     /// Bumped at every (de)activation: per-thread state from before is stale.
     generation: AtomicU32,
     /// Where traces start: the start function, or in all-system-calls mode (0) the
-    /// function `sys_call_table` (`syscall_table`) names.
+    /// system call `syscall_from` leads to.
     root: AtomicU64,
-    syscall_table: AtomicU64,
+    /// All-system-calls mode: where the root's handler finds the system call called.
+    /// x86-64: the address of `sys_call_table`; arm64: the number of the register
+    /// `invoke_syscall()` calls it through.
+    syscall_from: AtomicU64,
     pub(crate) table: table::FuncTable,
     /// Direct callees of armed functions and their entry hooks (see `entry.rs`).
     hooks: table::HookTable,
@@ -834,7 +837,7 @@ impl TracerHandle {
                 readers: AtomicUsize::new(0),
                 generation: AtomicU32::new(1),
                 root: AtomicU64::new(0),
-                syscall_table: AtomicU64::new(0),
+                syscall_from: AtomicU64::new(0),
                 table,
                 hooks,
                 trees,

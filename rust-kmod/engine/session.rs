@@ -4,7 +4,7 @@
 //! the task-lifetime hooks) and off (every probe removed), and lazy disarming of
 //! functions no traced task has entered for a while.
 
-use super::arming::{body_start, find_thunks};
+use super::arming::find_thunks;
 use super::extable::Extable;
 use super::handlers::Hook;
 use super::policy::IRQ_ROOTS;
@@ -45,24 +45,38 @@ impl Tracer {
             return Ok(());
         }
         // The root: the start function's entry (armed now), or in all-system-calls mode a
-        // probe in the body of x64_sys_call, whose callee is armed when first called.
+        // probe in the body of x64_sys_call (arm64: on invoke_syscall()'s call of the
+        // system call), whose callee is armed when first called.
         let (root, hook_at) = match inner.start {
             // (arm64: a probe on the function's first word, before its ftrace site, which
             // a probe cannot share there: no `KPROBES_ON_FTRACE`)
             Some(a) => (Some(a), a),
-            None if cfg!(target_arch = "aarch64") => {
-                self.log(format_args!(
-                    "tracing: not yet on this architecture in all-system-calls mode \
-                     (x86-64 only): set start_function"
-                ));
-                return Err(Error::from_errno(-(crate::bindings::EOPNOTSUPP as i32)));
+            #[cfg(target_arch = "aarch64")]
+            None => {
+                let mut sym = SymBuf::new()?;
+                let site = resolve(c_str!("invoke_syscall"))
+                    .ok()
+                    .and_then(|(f, _)| super::arming::register_call_site(f, &mut sym));
+                let Some((at, reg)) = site else {
+                    self.log(format_args!(
+                        "tracing: all system calls: no call of the system call found in \
+                         invoke_syscall(); set start_function"
+                    ));
+                    return Err(Error::from_errno(-(crate::bindings::EOPNOTSUPP as i32)));
+                };
+                self.syscall_from.store(u64::from(reg), Ordering::Relaxed);
+                (None, at)
             }
+            #[cfg(target_arch = "x86_64")]
             None => {
                 let (dispatch, _) = resolve(c_str!("x64_sys_call"))?;
                 let (table, _) = resolve(c_str!("sys_call_table"))?;
-                self.syscall_table.store(table, Ordering::Relaxed);
+                self.syscall_from.store(table, Ordering::Relaxed);
                 let mut sym = SymBuf::new()?;
-                (None, body_start(dispatch, &mut sym).ok_or(EINVAL)?)
+                (
+                    None,
+                    super::arming::body_start(dispatch, &mut sym).ok_or(EINVAL)?,
+                )
             }
         };
         self.root.store(root.unwrap_or(0), Ordering::Relaxed);

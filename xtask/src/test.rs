@@ -533,11 +533,11 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
             );
         }
     }
-    // On arm64 all but a few tests skip (fctrace traces only from a start function
+    // On arm64 all but the tests marked `# arch: any` skip (no task waits for arming
     // there): a run where those skipped too showed nothing.
     let none_ran = crate::kernel::is_arm64() && s.passed == 0;
     if none_ran {
-        println!("selftests: no test passed on arm64 (trace/arch_start_function.tc skipped?)");
+        println!("selftests: no test passed on arm64 (the trace/arch_*.tc tests skipped?)");
     }
     println!(
         "fctrace: {} passed, {} failed, {} skipped",

@@ -145,3 +145,23 @@ pub(super) fn body_start(func: u64) -> Option<u64> {
     }
     Some(site_of(&code, func).map_or(func, |s| s + u64::from(INSN_LEN)))
 }
+
+/// The one call through a register of the function at `start`, whose live code is `code`
+/// (at most `size` bytes): its address and register, `None` unless there is exactly one.
+/// `invoke_syscall()` calls the system call so (`__invoke_syscall()`, inlined).
+pub(super) fn only_register_call(
+    code: &[u8],
+    start: u64,
+    size: u64,
+    sym: &mut SymBuf,
+) -> Option<(u64, u8)> {
+    let (mut found, mut n) = (None, 0usize);
+    scan_sites(code, start, size, sym, |off, kind| {
+        if let SiteKind::Call(Target::Reg(r)) = kind {
+            found = Some((start + u64::from(off), r));
+            n += 1;
+        }
+    })
+    .ok()?;
+    found.filter(|_| n == 1)
+}
