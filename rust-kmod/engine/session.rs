@@ -56,7 +56,7 @@ impl Tracer {
                 let mut sym = SymBuf::new()?;
                 let site = resolve(c_str!("invoke_syscall"))
                     .ok()
-                    .and_then(|(f, _)| super::arming::register_call_site(f, &mut sym));
+                    .and_then(|(f, _)| super::arming::register_call_site(inner, f, &mut sym));
                 let Some((at, reg)) = site else {
                     self.log(format_args!(
                         "tracing: all system calls: no call of the system call found in \

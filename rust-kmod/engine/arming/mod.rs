@@ -559,14 +559,15 @@ pub(crate) fn body_start(func: u64, sym: &mut SymBuf) -> Option<u64> {
 }
 
 /// arm64's root in all-system-calls mode: the one call through a register of `func`
-/// (`invoke_syscall()`), its address and register. `None` if it has not exactly one, or
-/// its code cannot be read.
+/// (`invoke_syscall()`), its address and register. `None` if it has not exactly one, is
+/// not a function fctrace arms, or its code cannot be read.
 #[cfg(target_arch = "aarch64")]
-pub(crate) fn register_call_site(func: u64, sym: &mut SymBuf) -> Option<(u64, u8)> {
-    let size = sym.lookup(func).filter(|i| i.offset == 0)?.size;
-    if size == 0 || size > LEAF_AHEAD_MAX * 8 {
-        return None;
-    }
+pub(crate) fn register_call_site(
+    inner: &TracerInner,
+    func: u64,
+    sym: &mut SymBuf,
+) -> Option<(u64, u8)> {
+    let size = armable_size(inner, sym, func, MAX_FUNC_SIZE)?;
     let mut code = KVVec::from_elem(0u8, size as usize, GFP_KERNEL).ok()?;
     if !read_kernel(func, &mut code) {
         return None;
