@@ -1,6 +1,64 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * fctrace_return (arm64): where a function that a traced task called returns to
+ * arm64's trampolines: fctrace_entry_trampoline, where an entry hook sends a traced task
+ * to wait for its function to be armed, and fctrace_return, where a followed function
+ * returns to.
+ */
+#include <linux/linkage.h>
+#include <asm/assembler.h>
+
+/*
+ * fctrace_entry_trampoline: an entry hook (engine/entry.rs, c/entry_ops.c) found the
+ * traced task entering a function that is not armed yet, in a context where it may sleep.
+ * ftrace_caller() goes on here as to a direct trampoline (`BR X17`): the argument
+ * registers x0 to x8 are the function's, x9 holds its return address, x30 the address
+ * after its ftrace site's BL, and the stack pointer is the function's entry stack pointer.
+ * x10 to x17 carry nothing there: ftrace_caller() changes them at every hooked entry, so
+ * no caller can expect them kept. Nor do the flags.
+ *
+ * We save the argument registers, build the frame records ftrace_caller() builds (one for
+ * the caller, with the return address; one for the function, at its ftrace site), so that
+ * the unwinder sees a task waiting here in the function called from its caller, and call
+ * fctrace_arm_pending_entry(), which waits for the function to be armed. Then, with every
+ * register as the function was entered, x9 its return address, we go on at its ftrace
+ * site's BL: ftrace's callback runs again and finds the function armed. The `RET` goes
+ * through x16: it needs no landing pad (BTI).
+ */
+
+/* x0 to x8, then the frame records at FRAME_RECORDS: 16-byte aligned. */
+#define ENTRY_REGS	(10 * 8)
+#define ENTRY_FRAME	(ENTRY_REGS + 32)
+
+SYM_CODE_START(fctrace_entry_trampoline)
+	bti	c
+	sub	sp, sp, #ENTRY_FRAME
+	stp	x0, x1, [sp]
+	stp	x2, x3, [sp, #16]
+	stp	x4, x5, [sp, #32]
+	stp	x6, x7, [sp, #48]
+	stp	x8, x9, [sp, #64]
+	/* The caller's frame record (its return address), then the function's. */
+	stp	x29, x9, [sp, #ENTRY_REGS + 16]
+	add	x29, sp, #ENTRY_REGS + 16
+	stp	x29, x30, [sp, #ENTRY_REGS]
+	add	x29, sp, #ENTRY_REGS
+	mov	x0, xzr			/* no flags to check (x86-64's AC and DF) */
+	bl	fctrace_arm_pending_entry
+	ldr	x16, [sp, #ENTRY_REGS + 8]	/* after the ftrace site's BL */
+	sub	x16, x16, #AARCH64_INSN_SIZE
+	ldr	x29, [sp, #ENTRY_REGS + 16]
+	ldp	x8, x9, [sp, #64]
+	ldp	x6, x7, [sp, #48]
+	ldp	x4, x5, [sp, #32]
+	ldp	x2, x3, [sp, #16]
+	ldp	x0, x1, [sp]
+	mov	x30, x9
+	add	sp, sp, #ENTRY_FRAME
+	ret	x16
+SYM_CODE_END(fctrace_entry_trampoline)
+
+/*
+ * fctrace_return: where a function that a traced task called returns to
  * (engine/returns.rs).
  *
  * When fctrace follows a call, the return address the function was entered with goes into
@@ -20,8 +78,6 @@
  * found that this task can die): as after an oops, make_task_dead(SIGKILL), whose address
  * fctrace_dead_end holds.
  */
-#include <linux/linkage.h>
-#include <asm/assembler.h>
 
 /* Saved: x0 to x8, the frame record (x29, x30) and DAIF, 16-byte aligned. */
 #define FRAME_SIZE	(12 * 8)

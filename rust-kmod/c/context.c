@@ -73,7 +73,9 @@ static bool fctrace_may_poll(void)
  * nor DF set: x86-64 does not switch EFLAGS on a context switch, so sleeping there would
  * run the next task on this CPU with SMAP off (or string instructions backwards). The
  * trampoline counts any that gets there anyway (stats: trampoline_unsafe_flags). On
- * arm64 only the interrupt mask is read so far (no task waits there yet).
+ * arm64 the interrupt mask only: its user accesses are unprivileged loads and stores
+ * (LDTR, STTR) made with PAN on, and the few windows with PAN off (uaccess_enable_
+ * privileged(): atomics on user memory, in inline assembly) call no function.
  */
 static bool fctrace_flags_sleepable(const struct pt_regs *regs)
 {

@@ -10,6 +10,11 @@
 #include <linux/trace_recursion.h>
 #include "helpers.h"
 
+#ifdef CONFIG_ARM64
+/* trampoline_arm64.S: where an entry hook sends a task to wait for arming. */
+extern char fctrace_entry_trampoline[];
+#endif
+
 /* engine/mod.rs: a superset of the traced thread groups' bits while tracing is on. */
 extern u64 fctrace_hot_mask;
 /* engine/mod.rs: while tracing is on with the kworkers option, workqueue workers too. */
@@ -40,8 +45,8 @@ static noinline void notrace fctrace_entry_traced(unsigned long ip, struct ftrac
 	 * arm64's ftrace_regs holds the argument registers, the frame pointer, the link
 	 * register, the stack pointer and the pc, not a pt_regs: the handler gets a copy,
 	 * the rest zero, with the interrupt mask of this context (below). Of what it
-	 * changes, the link register is written back (a hooked return, below): it does not
-	 * redirect the task on arm64 yet.
+	 * changes, the link register is written back (a hooked return), and a pc set to
+	 * fctrace_entry_trampoline (below).
 	 */
 	struct pt_regs copy = {}, *regs = ftrace_partial_regs(fregs, &copy);
 #endif
@@ -81,6 +86,16 @@ static noinline void notrace fctrace_entry_traced(unsigned long ip, struct ftrac
 #ifndef CONFIG_X86
 	/* The function returns to the address ftrace_caller() restores x30 from. */
 	arch_ftrace_regs(fregs)->lr = copy.regs[30];
+#ifdef CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS
+	/*
+	 * The task is to wait for the function to be armed (Tracer::redirect_entry(), only
+	 * where no other ftrace user hooks it): ftrace_caller() goes on to the trampoline as
+	 * to a direct trampoline, with the argument registers restored, the function's
+	 * return address in x9 and the address after its ftrace site's BL in x30.
+	 */
+	if (copy.pc == (unsigned long)fctrace_entry_trampoline)
+		arch_ftrace_set_direct_caller(fregs, copy.pc);
+#endif
 #endif
 	fctrace_recursion_unlock(bit);
 }

@@ -34,7 +34,7 @@ use super::returns::{entry_return_word, is_return_site, stack_key};
 use super::site::Expect;
 use super::table::HOOK_TAIL;
 use super::tree::{Recorder, TaskData};
-use super::wait::CAN_REDIRECT;
+use super::wait::can_redirect;
 use super::{read_text, tracer, Tracer, MAX_FRAMES};
 use crate::parse::OptionName;
 use crate::record::{Reason, F_INDIRECT, F_TAIL};
@@ -308,7 +308,8 @@ impl Tracer {
         let key = match e.via {
             Via::Ftrace(ip) | Via::Shared(ip) | Via::Kprobe { addr: ip, .. } => ip,
         };
-        let mut callee = self.classify_call(&cur, &d, func, key, tail);
+        let by_entry = matches!(e.via, Via::Ftrace(_));
+        let mut callee = self.classify_call(&cur, &d, func, key, tail, by_entry);
         // Armed near the edge of a closure, with few levels below it armed: where the task
         // may sleep, it waits once for a closure below it (what it calls may run in atomic
         // context, after it takes a lock, where it cannot wait: `copy_page_range()` calls
@@ -324,11 +325,11 @@ impl Tracer {
             && matches!(e.via, Via::Ftrace(_) | Via::Kprobe { trapped: true, .. })
             && self.table.below(func) < super::wait::MIN_BELOW
         {
-            if self.may_wait(&cur, &d) {
+            if self.may_wait(&cur, &d, by_entry) {
                 if d.wait.last_redirect != key {
                     callee = Callee::Wait;
                 }
-            } else if !cur.sleepable || !CAN_REDIRECT {
+            } else if !cur.sleepable || !can_redirect(by_entry) {
                 self.want_later(func);
             }
         }

@@ -179,8 +179,8 @@ impl Tracer {
     }
 
     /// Decides what a call of `target` from `site` (a call site, or the system-call
-    /// hook) does, for the task `cur` with tree `d`. A callee not armed that the task
-    /// cannot wait for is queued to be armed ahead.
+    /// hook; with `entry`, the callee's entry hook) does, for the task `cur` with tree
+    /// `d`. A callee not armed that the task cannot wait for is queued to be armed ahead.
     pub(super) fn classify_call(
         &self,
         cur: &Cur,
@@ -188,6 +188,7 @@ impl Tracer {
         target: u64,
         site: u64,
         tail: bool,
+        entry: bool,
     ) -> Callee {
         match self.table.lookup(target) {
             FuncState::Armed => Callee::Follow,
@@ -196,11 +197,11 @@ impl Tracer {
                 Callee::Thunk
             }
             FuncState::Leaf(r) => Callee::Leaf(r),
-            FuncState::Unknown if self.may_wait(cur, d) && d.wait.last_redirect != site => {
+            FuncState::Unknown if self.may_wait(cur, d, entry) && d.wait.last_redirect != site => {
                 Callee::Wait
             }
             FuncState::Unknown => {
-                let reason = self.unarmed_reason(cur, d);
+                let reason = self.unarmed_reason(cur, d, entry);
                 if reason != Reason::ArmFailed {
                     self.want(target);
                 }
@@ -328,7 +329,7 @@ impl Tracer {
                 .leaf(&rec, Reason::Depth, flags, target, site.addr, sp, tail);
             return Done(0);
         }
-        let callee = self.classify_call(&cur, &d, target, site.addr, tail);
+        let callee = self.classify_call(&cur, &d, target, site.addr, tail, false);
         if !matches!(callee, Callee::Wait) {
             d.wait.last_redirect = 0;
         }
@@ -449,7 +450,7 @@ impl Tracer {
                 .leaf(&rec, Reason::Depth, F_FAULT, func, site, sp, false);
             return 0;
         }
-        match self.classify_call(&cur, &d, func, func, false) {
+        match self.classify_call(&cur, &d, func, func, false, false) {
             Callee::Follow | Callee::Thunk => {
                 if d.stack.open(&rec, func, site, F_FAULT, entry_sp, false) {
                     self.hook_return(entry_sp, regs);
@@ -527,7 +528,7 @@ impl Tracer {
             self.release_if_done(Some(slot), d);
             return 0;
         };
-        let callee = self.classify_call(&cur, &d, target, hook_addr, false);
+        let callee = self.classify_call(&cur, &d, target, hook_addr, false, false);
         if !matches!(callee, Callee::Wait) {
             d.wait.last_redirect = 0;
         }

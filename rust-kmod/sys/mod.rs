@@ -26,9 +26,9 @@ mod regs;
 mod series;
 mod stack;
 
+pub(crate) use own::{entry_trampoline_addr, return_site_addr, this_module};
 #[cfg(target_arch = "x86_64")]
-pub(crate) use own::{entry_trampoline_addr, ret_insn_addr, trampoline_addr};
-pub(crate) use own::{return_site_addr, this_module};
+pub(crate) use own::{ret_insn_addr, trampoline_addr};
 #[cfg(target_arch = "aarch64")]
 pub(crate) use regs::set_lr;
 pub(crate) use regs::{Regs, PC_OFFSET};

@@ -2,21 +2,21 @@
 
 //! The module's own code and data, by address: the labels of `trampoline.S` and the
 //! module's `struct module`. Only their addresses are taken, never what is there, which
-//! needs no `unsafe` (rustc 1.82 and later). arm64 has the return trampoline only
-//! (`trampoline_arm64.S`): its arming trampolines are not written yet, and tracing is
-//! refused there (`engine/session.rs`).
+//! needs no `unsafe` (rustc 1.82 and later). arm64 (`trampoline_arm64.S`) has the return
+//! trampoline and the entry hooks' arming trampoline, not the breakpoints' (see
+//! `engine/wait/mod.rs`).
 
 use crate::bindings;
 
 #[cfg(target_arch = "x86_64")]
 extern "C" {
     static fctrace_trampoline: [u8; 0];
-    static fctrace_entry_trampoline: [u8; 0];
     static fctrace_ret_site: [u8; 0];
 }
 
 extern "C" {
     // `trampoline.S`, `trampoline_arm64.S`.
+    static fctrace_entry_trampoline: [u8; 0];
     static fctrace_return_site: [u8; 0];
 }
 
@@ -32,7 +32,6 @@ pub(crate) fn trampoline_addr() -> u64 {
 }
 
 /// Where an entry hook sends a task that waits for its function to be armed.
-#[cfg(target_arch = "x86_64")]
 pub(crate) fn entry_trampoline_addr() -> u64 {
     core::ptr::addr_of!(fctrace_entry_trampoline) as u64
 }

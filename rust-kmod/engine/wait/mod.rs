@@ -32,9 +32,28 @@ const TABLES: usize = 16;
 /// The largest object read as an ops table (`struct sched_class` is 232 bytes, `struct
 /// file_operations` 272).
 const TABLE_MAX: u64 = 1024;
-/// Whether a task can be sent to wait in a trampoline ([`Tracer::redirect`]): x86-64's
-/// are written, arm64's not yet.
+/// Whether a probe (a breakpoint) can send a task to wait in a trampoline
+/// ([`Tracer::redirect`]): on x86-64. (arm64's breakpoint handler cannot move the stack
+/// pointer, and the task would go on with a register changed.)
 pub(crate) const CAN_REDIRECT: bool = cfg!(target_arch = "x86_64");
+/// Whether an entry hook can send a task to wait ([`Tracer::redirect_entry`]): on x86-64,
+/// and on arm64 where ftrace can go on to a direct trampoline
+/// (`CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS`: `fctrace_entry_trampoline` is one).
+pub(crate) const CAN_REDIRECT_ENTRY: bool = cfg!(target_arch = "x86_64")
+    || cfg!(all(
+        target_arch = "aarch64",
+        CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS
+    ));
+
+/// Whether a task can be sent to wait from a hook of this kind: an entry hook (`entry`)
+/// or a breakpoint.
+pub(crate) const fn can_redirect(entry: bool) -> bool {
+    if entry {
+        CAN_REDIRECT_ENTRY
+    } else {
+        CAN_REDIRECT
+    }
+}
 
 /// The most functions one round of arming ahead adds (a callee closure is cut there).
 const AHEAD_BUDGET: usize = 256;

@@ -4,7 +4,7 @@
 //! `fctrace_trampoline` (or, from an entry hook, `fctrace_entry_trampoline`) and waits
 //! there, where it may sleep, for the work item to arm the callee.
 
-use super::CAN_REDIRECT;
+use super::can_redirect;
 use crate::engine::tree::{current_ids, task_running, Cur, TaskData};
 use crate::engine::{clock_ns, tracer, Tracer};
 #[cfg(target_arch = "x86_64")]
@@ -14,10 +14,11 @@ use crate::sys;
 use core::sync::atomic::Ordering;
 
 impl Tracer {
-    /// Whether the task may wait in the trampoline for a callee to be armed: it can sleep,
-    /// no wait timed out in this trace, and `arm_wait_ms` is not 0.
-    pub(crate) fn may_wait(&self, cur: &Cur, d: &TaskData) -> bool {
-        CAN_REDIRECT
+    /// Whether the task may wait in the trampoline for a callee to be armed, sent there by
+    /// an entry hook (`entry`) or a breakpoint: the architecture can send it from there,
+    /// it can sleep, no wait timed out in this trace, and `arm_wait_ms` is not 0.
+    pub(crate) fn may_wait(&self, cur: &Cur, d: &TaskData, entry: bool) -> bool {
+        can_redirect(entry)
             && cur.sleepable
             && !d.wait.nowait
             && self.settings.arm_wait_ms.load(Ordering::Relaxed) != 0
@@ -26,12 +27,12 @@ impl Tracer {
     /// Why a call to an unarmed function is a leaf: the task could not wait (atomic
     /// context), or it was not to wait (`nowait`, `arm_wait_ms` 0), or it waited but
     /// arming failed.
-    pub(crate) fn unarmed_reason(&self, cur: &Cur, d: &TaskData) -> Reason {
+    pub(crate) fn unarmed_reason(&self, cur: &Cur, d: &TaskData, entry: bool) -> Reason {
         if !cur.sleepable {
             Reason::Atomic
-        } else if !CAN_REDIRECT {
+        } else if !can_redirect(entry) {
             Reason::NotArmedYet
-        } else if !self.may_wait(cur, d) {
+        } else if !self.may_wait(cur, d, entry) {
             Reason::ArmTimeout
         } else {
             Reason::ArmFailed
@@ -75,10 +76,13 @@ impl Tracer {
     }
 
     /// From the entry hook at ftrace site `ip` (see `entry.rs`): sends the task to
-    /// `fctrace_entry_trampoline` to arm `func`, then to run the ftrace site again. ftrace's
-    /// trampoline returns to `regs.ip`, and restores `%rax` (which carries no argument into
-    /// a function) from `regs.ax`: the entry trampoline pushes it as its return address.
-    /// Returns whether it did (never on arm64, as [`Self::redirect`]).
+    /// `fctrace_entry_trampoline` to arm `func`, then to run the ftrace site again.
+    /// x86-64: ftrace's trampoline returns to `regs.ip`, and restores `%rax` (which carries
+    /// no argument into a function) from `regs.ax`: the entry trampoline pushes it as its
+    /// return address. arm64: `regs` is a copy; the callback (`c/entry_ops.c`) sees the
+    /// instruction pointer changed and has ftrace go on to the entry trampoline as to a
+    /// direct trampoline, which gets the address after the ftrace site's `BL` in x30.
+    /// Returns whether it did (never where [`super::CAN_REDIRECT_ENTRY`] is false).
     pub(crate) fn redirect_entry(
         &self,
         d: &mut TaskData,
@@ -86,19 +90,18 @@ impl Tracer {
         ip: u64,
         func: u64,
     ) -> bool {
-        #[cfg(not(target_arch = "x86_64"))]
-        return {
+        if !super::CAN_REDIRECT_ENTRY {
             let _ = (d, regs, ip, func);
-            false
-        };
+            return false;
+        }
+        // Counted into `inflight` by the trampoline (`fctrace_arm_pending_entry`).
+        self.note_redirect(d, ip, func);
+        sys::Regs::set_pc(regs, sys::entry_trampoline_addr());
         #[cfg(target_arch = "x86_64")]
         {
-            // Counted into `inflight` by the trampoline (`fctrace_arm_pending_entry`).
-            self.note_redirect(d, ip, func);
-            regs.ip = sys::entry_trampoline_addr() as _;
             regs.ax = ip as _;
-            true
         }
+        true
     }
 
     /// Tasks in the trampoline now (`stats`: `trampoline_tasks`).
