@@ -242,18 +242,15 @@ Where an error came from (on the host: fctrace-report errors trace.txt):
   grep ERROR trace
 ";
 
-/// What `README` adds where the architecture does not do all yet (a breakpoint sends no
-/// task to wait for arming: see `engine/wait/mod.rs`): a user, and the selftests' runner,
-/// read it there.
+/// What `README` adds where the architecture does not do all yet: a user, and the
+/// selftests' runner, read it there.
 const ARCH_NOTE: &str = if cfg!(target_arch = "x86_64") {
     ""
 } else {
     "
-Not yet on this architecture: waiting for arming at a breakpoint. A call
-seen by a breakpoint (an indirect call, a call of code ftrace cannot trace)
-whose callee is not armed yet is drawn as a leaf (not followed: not armed
-yet) and followed from its next call on. A direct call of a function ftrace
-can trace waits for its callee to be armed, as on x86-64.
+Not yet on this architecture: the irqs option (it finds none of its entry
+points) and the preemption hooks (what the scheduler does for a task that is
+preempted is not followed).
 "
 };
 

@@ -1,11 +1,29 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * arm64's trampolines: fctrace_entry_trampoline, where an entry hook sends a traced task
- * to wait for its function to be armed, and fctrace_return, where a followed function
- * returns to.
+ * to wait for its function to be armed, fctrace_bp_trampoline, where a breakpoint does,
+ * and fctrace_return, where a followed function returns to.
  */
 #include <linux/linkage.h>
 #include <asm/assembler.h>
+
+/*
+ * Stores (stp) or loads (ldp) x0 to x9 (last 9) or x0 to x17 (last 17) in pairs at [sp],
+ * [sp, #16], and so on.
+ */
+.macro REG_PAIRS op, last
+	\op	x0, x1, [sp]
+	\op	x2, x3, [sp, #16]
+	\op	x4, x5, [sp, #32]
+	\op	x6, x7, [sp, #48]
+	\op	x8, x9, [sp, #64]
+	.if \last == 17
+	\op	x10, x11, [sp, #80]
+	\op	x12, x13, [sp, #96]
+	\op	x14, x15, [sp, #112]
+	\op	x16, x17, [sp, #128]
+	.endif
+.endm
 
 /*
  * fctrace_entry_trampoline: an entry hook (engine/entry.rs, c/entry_ops.c) found the
@@ -32,11 +50,7 @@
 SYM_CODE_START(fctrace_entry_trampoline)
 	bti	c
 	sub	sp, sp, #ENTRY_FRAME
-	stp	x0, x1, [sp]
-	stp	x2, x3, [sp, #16]
-	stp	x4, x5, [sp, #32]
-	stp	x6, x7, [sp, #48]
-	stp	x8, x9, [sp, #64]
+	REG_PAIRS stp, 9
 	/* The caller's frame record (its return address), then the function's. */
 	stp	x29, x9, [sp, #ENTRY_REGS + 16]
 	add	x29, sp, #ENTRY_REGS + 16
@@ -47,15 +61,80 @@ SYM_CODE_START(fctrace_entry_trampoline)
 	ldr	x16, [sp, #ENTRY_REGS + 8]	/* after the ftrace site's BL */
 	sub	x16, x16, #AARCH64_INSN_SIZE
 	ldr	x29, [sp, #ENTRY_REGS + 16]
-	ldp	x8, x9, [sp, #64]
-	ldp	x6, x7, [sp, #48]
-	ldp	x4, x5, [sp, #32]
-	ldp	x2, x3, [sp, #16]
-	ldp	x0, x1, [sp]
+	REG_PAIRS ldp, 9
 	mov	x30, x9
 	add	sp, sp, #ENTRY_FRAME
 	ret	x16
 SYM_CODE_END(fctrace_entry_trampoline)
+
+/*
+ * fctrace_bp_trampoline, fctrace_bp_entry_trampoline: where a breakpoint's handler sends
+ * a traced task whose callee is not armed yet (engine/wait/resume.rs). The exception
+ * return brings the task here with every register as it was at the probed instruction,
+ * whose address resume.rs keeps for the task: here nothing may be lost, any register may
+ * still be needed there.
+ *
+ * We save what C may change (x0 to x18, x30, the flags) and x29, build a frame record
+ * that puts the task at the probed instruction for the unwinder (at a function's entry
+ * or a tail call, fctrace_bp_entry_trampoline, the function has no frame of its own: a
+ * record for its caller too, with the return address in x30, as ftrace_caller() builds),
+ * and call fctrace_arm_pending_bp(), which waits. Then every register is put back and
+ * the task runs into fctrace_bp_resume.
+ */
+#define BP_REGS		(22 * 8)	/* x0 to x18, x29, x30, NZCV */
+#define BP_FRAME	(BP_REGS + 32)	/* and two frame records */
+
+.macro BP_TRAMPOLINE records
+	bti	jc
+	sub	sp, sp, #BP_FRAME
+	REG_PAIRS stp, 17
+	stp	x18, x29, [sp, #144]
+	mrs	x0, nzcv
+	stp	x30, x0, [sp, #160]
+	bl	fctrace_bp_resume_addr	/* x0: the probed instruction */
+	.if \records == 2
+	ldr	x1, [sp, #160]		/* the return address into the caller */
+	stp	x29, x1, [sp, #BP_REGS + 16]
+	add	x29, sp, #BP_REGS + 16
+	.endif
+	stp	x29, x0, [sp, #BP_REGS]
+	add	x29, sp, #BP_REGS
+	bl	fctrace_arm_pending_bp
+	ldr	x0, [sp, #168]
+	msr	nzcv, x0
+	REG_PAIRS ldp, 17
+	ldp	x18, x29, [sp, #144]
+	ldr	x30, [sp, #160]
+	add	sp, sp, #BP_FRAME
+	b	fctrace_bp_resume
+.endm
+
+SYM_CODE_START(fctrace_bp_trampoline)
+	BP_TRAMPOLINE 1
+SYM_CODE_END(fctrace_bp_trampoline)
+
+SYM_CODE_START(fctrace_bp_entry_trampoline)
+	BP_TRAMPOLINE 2
+SYM_CODE_END(fctrace_bp_entry_trampoline)
+
+/*
+ * fctrace_bp_resume: a NOP that carries the resume probe, registered while the module
+ * is loaded. Its handler sends the task to the probed instruction kept for it, with
+ * every register as the trampoline put it back: as the breakpoint found it.
+ *
+ * fctrace_bp_lost_site: where a task goes that had no address kept (or ran past the
+ * probe: kprobes disabled while it waited). fctrace_bp_lost() warns once; then, as after
+ * an oops, make_task_dead(SIGKILL).
+ */
+SYM_CODE_START(fctrace_bp_resume)
+	nop
+SYM_INNER_LABEL(fctrace_bp_lost_site, SYM_L_GLOBAL)
+	bl	fctrace_bp_lost
+	adr_l	x16, fctrace_dead_end
+	ldr	x16, [x16]
+	mov	x0, #9			/* SIGKILL */
+	br	x16
+SYM_CODE_END(fctrace_bp_resume)
 
 /*
  * fctrace_return: where a function that a traced task called returns to

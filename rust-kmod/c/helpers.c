@@ -195,6 +195,16 @@ void fctrace_return_lost(unsigned long retp)
 		      (void *)retp);
 }
 
+/*
+ * arm64: a task at the resume probe had no address kept to go on at (or ran past the
+ * probe, kprobes disabled while it waited): trampoline_arm64.S kills it after this.
+ */
+void fctrace_bp_lost(void)
+{
+	WARN_ONCE(1, "fctrace: a task sent to wait for arming has nowhere to go on: %s/%d killed\n",
+		  current->comm, current->pid);
+}
+
 void fctrace_sleep_idle(unsigned int ms)
 {
 	schedule_timeout_idle(msecs_to_jiffies(ms));

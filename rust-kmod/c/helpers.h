@@ -174,6 +174,8 @@ void fctrace_set_dead_end(unsigned long addr);
  * the dead end); where it cannot (not a task's own context), panics.
  */
 void fctrace_return_lost(unsigned long retp);
+/* arm64: a task sent to wait for arming has nowhere to go on (trampoline_arm64.S). */
+void fctrace_bp_lost(void);
 /*
  * The sched_process_exit tracepoint calls fctrace_task_exit(), sched_process_exec
  * fctrace_task_exec() (module lifetime).

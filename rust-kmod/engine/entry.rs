@@ -34,7 +34,6 @@ use super::returns::{entry_return_word, is_return_site, stack_key};
 use super::site::Expect;
 use super::table::HOOK_TAIL;
 use super::tree::{Recorder, TaskData};
-use super::wait::can_redirect;
 use super::{read_text, tracer, Tracer, MAX_FRAMES};
 use crate::parse::OptionName;
 use crate::record::{Reason, F_INDIRECT, F_TAIL};
@@ -329,7 +328,7 @@ impl Tracer {
                 if d.wait.last_redirect != key {
                     callee = Callee::Wait;
                 }
-            } else if !cur.sleepable || !can_redirect(by_entry) {
+            } else if !cur.sleepable || !self.can_redirect(by_entry) {
                 self.want_later(func);
             }
         }
@@ -364,9 +363,15 @@ impl Tracer {
                     if indirect {
                         d.expect = expect;
                     }
-                    if self.redirect(&mut d, regs, addr, func) {
+                    if let Some(r) = self.redirect(&mut d, addr, func, true) {
+                        r.apply(regs);
                         return 1;
                     }
+                    // (As in `site_call`: not reached.)
+                    d.wait.last_redirect = 0;
+                    self.want(func);
+                    d.stack
+                        .leaf(&rec, Reason::ArmFailed, flags, func, site, site_sp, tail);
                 }
                 // The callee runs (or will, whatever fctrace asks) before it can be armed.
                 Via::Shared(_) | Via::Kprobe { trapped: false, .. } => {

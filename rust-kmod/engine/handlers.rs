@@ -12,7 +12,6 @@
 use super::site::{callee_retp, entry_retp, Cond, SiteData, SiteKind, Target};
 use super::table::FuncState;
 use super::tree::{task_running, Ctx, Cur, Recorder, TaskData};
-use super::wait::CAN_REDIRECT;
 use super::{read_word, tracer, Tracer, MAX_FRAMES};
 use crate::kprobe::{Handler, Probe};
 use crate::parse::OptionName;
@@ -282,7 +281,7 @@ impl Tracer {
         // lossless: the buffer is filling faster than the reader empties it; the task
         // waits in the trampoline, then makes this call again (and it is recorded).
         // (Not a task in a wait loop's state: the throttle's wait sleeps.)
-        if CAN_REDIRECT
+        if self.can_redirect(false)
             && cur.sleepable
             && d.wait.last_throttle != site.addr
             && self.should_throttle()
@@ -291,8 +290,11 @@ impl Tracer {
             if early {
                 return SiteCall::Step;
             }
-            self.redirect_throttle(&mut d, regs, site.addr);
-            return Done(1);
+            let at_entry = !matches!(site.kind, SiteKind::Call(_));
+            if let Some(r) = self.redirect_throttle(&mut d, site.addr, at_entry) {
+                r.apply(regs);
+                return Done(1);
+            }
         }
         let (target, tail, indirect) = match site.kind {
             SiteKind::Call(t) => (
@@ -373,9 +375,16 @@ impl Tracer {
             }
             Callee::Wait if early => return SiteCall::Step,
             Callee::Wait => {
-                if self.redirect(&mut d, regs, site.addr, target) {
+                if let Some(r) = self.redirect(&mut d, site.addr, target, tail) {
+                    r.apply(regs);
                     return Done(1);
                 }
+                // (arm64, no place to keep where the task goes on: not reached, one per
+                // traced thread.)
+                d.wait.last_redirect = 0;
+                self.want(target);
+                d.stack
+                    .leaf(&rec, Reason::ArmFailed, flags, target, site.addr, sp, tail);
             }
         }
         Done(0)
@@ -556,9 +565,14 @@ impl Tracer {
                 return 0;
             }
             Callee::Wait => {
-                if self.redirect(&mut d, regs, hook_addr, target) {
+                if let Some(r) = self.redirect(&mut d, hook_addr, target, false) {
+                    r.apply(regs);
                     return 1;
                 }
+                // (As in `site_call`: not reached.)
+                d.wait.last_redirect = 0;
+                self.want(target);
+                rec.leaf_at(0, Reason::ArmFailed, target, hook_addr);
             }
             Callee::Leaf(r) => rec.leaf_at(0, r, target, hook_addr),
             Callee::Unarmed(r) => {

@@ -787,6 +787,11 @@ pub(crate) struct TracerHandle {
     /// every hooked return came back. Declared first, so that it would go before the
     /// tracer in any case.
     hooks: Option<sys::Hooks>,
+    /// arm64: the resume probe (`wait/resume.rs`), registered after the tracer is
+    /// published and unregistered once no task is in the trampoline. Without it no
+    /// breakpoint sends a task to wait.
+    #[cfg(target_arch = "aarch64")]
+    resume: Option<Pin<KBox<wait::resume::ResumeProbe>>>,
     tracer: Pin<KBox<Tracer>>,
 }
 
@@ -808,7 +813,8 @@ impl TracerHandle {
         } else {
             kernel::c_str!("make_task_dead")
         };
-        sys::set_dead_end(crate::ksym::addr_of(dead_end));
+        let dead_end = crate::ksym::addr_of(dead_end);
+        sys::set_dead_end(dead_end);
         let table = table::FuncTable::new()?;
         let hooks = table::HookTable::new()?;
         let trees = tree::Trees::new()?;
@@ -865,8 +871,26 @@ impl TracerHandle {
                 return Err(e);
             }
         };
+        // arm64: the resume probe, on fctrace's own text (`wait/resume.rs`); a task it
+        // finds with nowhere to go dies at the dead end, which must be known.
+        #[cfg(target_arch = "aarch64")]
+        let resume = {
+            let mut probe = KBox::pin(wait::resume::resume_probe(), GFP_KERNEL).ok();
+            let ok = dead_end != 0
+                && probe
+                    .as_mut()
+                    .is_some_and(|p| p.as_mut().register().is_ok());
+            if ok {
+                wait::resume::set_ready(true);
+            } else {
+                probe = None;
+            }
+            probe
+        };
         Ok(TracerHandle {
             hooks: Some(hooks),
+            #[cfg(target_arch = "aarch64")]
+            resume,
             tracer,
         })
     }
@@ -877,6 +901,12 @@ impl Drop for TracerHandle {
         let tr: &Tracer = &self.tracer;
         tr.deactivate(&mut tr.lock());
         tr.wait_idle();
+        // No task is in the trampoline, nor can one be sent there.
+        #[cfg(target_arch = "aarch64")]
+        {
+            wait::resume::set_ready(false);
+            drop(self.resume.take());
+        }
         tr.wait_returns();
         // Unregisters the hooks, waiting for running callbacks.
         drop(self.hooks.take());

@@ -26,6 +26,8 @@ mod regs;
 mod series;
 mod stack;
 
+#[cfg(target_arch = "aarch64")]
+pub(crate) use own::{bp_lost_addr, bp_resume_addr, bp_trampoline_addr};
 pub(crate) use own::{entry_trampoline_addr, return_site_addr, this_module};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use own::{ret_insn_addr, trampoline_addr};

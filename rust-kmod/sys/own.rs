@@ -14,6 +14,14 @@ extern "C" {
     static fctrace_ret_site: [u8; 0];
 }
 
+#[cfg(target_arch = "aarch64")]
+extern "C" {
+    static fctrace_bp_trampoline: [u8; 0];
+    static fctrace_bp_entry_trampoline: [u8; 0];
+    static fctrace_bp_resume: [u8; 0];
+    static fctrace_bp_lost_site: [u8; 0];
+}
+
 extern "C" {
     // `trampoline.S`, `trampoline_arm64.S`.
     static fctrace_entry_trampoline: [u8; 0];
@@ -29,6 +37,29 @@ extern "C" {
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn trampoline_addr() -> u64 {
     core::ptr::addr_of!(fctrace_trampoline) as u64
+}
+
+/// arm64: where a breakpoint sends a task that waits for arming: at a function's entry
+/// or a tail call (`at_entry`: the function has no frame of its own), or at a call.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn bp_trampoline_addr(at_entry: bool) -> u64 {
+    if at_entry {
+        core::ptr::addr_of!(fctrace_bp_entry_trampoline) as u64
+    } else {
+        core::ptr::addr_of!(fctrace_bp_trampoline) as u64
+    }
+}
+
+/// arm64: the instruction that carries the resume probe.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn bp_resume_addr() -> u64 {
+    core::ptr::addr_of!(fctrace_bp_resume) as u64
+}
+
+/// arm64: where a task at the resume probe with nowhere to go is sent to die.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn bp_lost_addr() -> u64 {
+    core::ptr::addr_of!(fctrace_bp_lost_site) as u64
 }
 
 /// Where an entry hook sends a task that waits for its function to be armed.

@@ -91,9 +91,10 @@ pub enum Reason {
     /// (a jump to a detour, which cannot send the task elsewhere): the task is not sent
     /// to wait there for the callee to be armed. It is armed for its next call.
     EntryProbe = 13,
-    /// The callee was not armed yet, and the task is not sent to wait for it from the
-    /// hook that saw the call on this architecture (arm64: a breakpoint): the call is
-    /// drawn as a leaf, and the callee is armed for its next call.
+    /// The callee was not armed yet, and the hook that saw the call cannot send the task
+    /// to wait for it on this kernel (arm64: a breakpoint without the resume probe, an
+    /// entry hook without ftrace's direct calls): the call is drawn as a leaf, and the
+    /// callee is armed for its next call.
     NotArmedYet = 14,
 }
 

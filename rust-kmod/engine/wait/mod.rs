@@ -7,6 +7,8 @@
 
 mod ahead;
 mod closure;
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod resume;
 mod throttle;
 mod trampoline;
 mod work;
@@ -32,9 +34,9 @@ const TABLES: usize = 16;
 /// The largest object read as an ops table (`struct sched_class` is 232 bytes, `struct
 /// file_operations` 272).
 const TABLE_MAX: u64 = 1024;
-/// Whether a probe (a breakpoint) can send a task to wait in a trampoline
-/// ([`Tracer::redirect`]): on x86-64. (arm64's breakpoint handler cannot move the stack
-/// pointer, and the task would go on with a register changed.)
+/// Whether a probe (a breakpoint) can always send a task to wait in a trampoline
+/// ([`Tracer::redirect`]): on x86-64. On arm64 it can while the resume probe is
+/// registered (`resume.rs`, [`Tracer::can_redirect`]).
 pub(crate) const CAN_REDIRECT: bool = cfg!(target_arch = "x86_64");
 /// Whether an entry hook can send a task to wait ([`Tracer::redirect_entry`]): on x86-64,
 /// and on arm64 where ftrace can go on to a direct trampoline
@@ -44,16 +46,6 @@ pub(crate) const CAN_REDIRECT_ENTRY: bool = cfg!(target_arch = "x86_64")
         target_arch = "aarch64",
         CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS
     ));
-
-/// Whether a task can be sent to wait from a hook of this kind: an entry hook (`entry`)
-/// or a breakpoint.
-pub(crate) const fn can_redirect(entry: bool) -> bool {
-    if entry {
-        CAN_REDIRECT_ENTRY
-    } else {
-        CAN_REDIRECT
-    }
-}
 
 /// The most functions one round of arming ahead adds (a callee closure is cut there).
 const AHEAD_BUDGET: usize = 256;
@@ -132,6 +124,9 @@ pub(crate) struct Waits {
     /// `lossless`: the readers' progress count ([`reader_progress`]) when a task last gave
     /// up waiting for them; while it is unchanged, no task waits. `u64::MAX`: none.
     stalled_at: AtomicU64,
+    /// arm64: where each task a breakpoint sent to the trampoline goes on.
+    #[cfg(target_arch = "aarch64")]
+    pub(crate) resumes: resume::Resumes,
 }
 
 impl Waits {
@@ -148,7 +143,18 @@ impl Waits {
             start_round: AtomicBool::new(false),
             start_until: AtomicU64::new(0),
             stalled_at: AtomicU64::new(u64::MAX),
+            #[cfg(target_arch = "aarch64")]
+            resumes: resume::Resumes::new(),
         }
+    }
+
+    /// Whether a breakpoint can send a task to wait: always on x86-64; on arm64 while
+    /// the resume probe is registered.
+    fn breakpoints_redirect(&self) -> bool {
+        #[cfg(target_arch = "aarch64")]
+        return self.resumes.ready();
+        #[cfg(target_arch = "x86_64")]
+        return CAN_REDIRECT;
     }
 
     /// No task is in the trampoline.
@@ -186,4 +192,16 @@ impl Waits {
 /// Wakes the tasks waiting in the trampoline (they check their requests).
 pub(crate) fn wake_armed() {
     sys::arm_wake();
+}
+
+impl Tracer {
+    /// Whether a task can be sent to wait from a hook of this kind: an entry hook
+    /// (`entry`) or a breakpoint.
+    pub(crate) fn can_redirect(&self, entry: bool) -> bool {
+        if entry {
+            CAN_REDIRECT_ENTRY
+        } else {
+            self.waits.breakpoints_redirect()
+        }
+    }
 }

@@ -17,13 +17,23 @@ fn reader_progress() -> u64 {
 impl Tracer {
     /// `lossless`: sends the task to the trampoline to wait for the reader, then to make
     /// the call at `addr` again (which may still need an arming redirect then).
-    /// Only where the architecture has the trampoline ([`super::CAN_REDIRECT`]).
-    pub(crate) fn redirect_throttle(&self, d: &mut TaskData, regs: &mut sys::PtRegs, addr: u64) {
+    /// Only where a breakpoint can send a task there ([`Tracer::can_redirect`]); returns
+    /// whether it did (see [`Tracer::redirect`]; `at_entry` as there).
+    pub(crate) fn redirect_throttle(
+        &self,
+        d: &mut TaskData,
+        addr: u64,
+        at_entry: bool,
+    ) -> Option<super::trampoline::Redirect> {
         d.wait.throttle = true;
         d.wait.last_throttle = addr;
         let last = d.wait.last_redirect;
-        self.redirect(d, regs, addr, 0);
+        let sent = self.redirect(d, addr, 0, at_entry);
         d.wait.last_redirect = last;
+        if sent.is_none() {
+            d.wait.throttle = false;
+        }
+        sent
     }
 
     /// `lossless`: whether a traced task about to add events should first wait for the

@@ -4,7 +4,6 @@
 //! `fctrace_trampoline` (or, from an entry hook, `fctrace_entry_trampoline`) and waits
 //! there, where it may sleep, for the work item to arm the callee.
 
-use super::can_redirect;
 use crate::engine::tree::{current_ids, task_running, Cur, TaskData};
 use crate::engine::{clock_ns, tracer, Tracer};
 #[cfg(target_arch = "x86_64")]
@@ -13,12 +12,36 @@ use crate::record::Reason;
 use crate::sys;
 use core::sync::atomic::Ordering;
 
+/// Where [`Tracer::redirect`] sends a task.
+#[must_use]
+pub(crate) struct Redirect {
+    /// The probed instruction, run again after the wait.
+    addr: u64,
+    /// The trampoline.
+    to: u64,
+}
+
+impl Redirect {
+    /// Sends the task: its breakpoint's handler then returns non-zero.
+    pub(crate) fn apply(self, regs: &mut sys::PtRegs) {
+        // x86-64: our redirecting probes are breakpoints (or the single step of `step.rs`).
+        #[cfg(target_arch = "x86_64")]
+        kprobe::emulate_call(regs, self.addr, self.to);
+        // arm64: `addr` is kept for the task (`resume.rs`).
+        #[cfg(target_arch = "aarch64")]
+        {
+            let _ = self.addr;
+            sys::Regs::set_pc(regs, self.to);
+        }
+    }
+}
+
 impl Tracer {
     /// Whether the task may wait in the trampoline for a callee to be armed, sent there by
     /// an entry hook (`entry`) or a breakpoint: the architecture can send it from there,
     /// it can sleep, no wait timed out in this trace, and `arm_wait_ms` is not 0.
     pub(crate) fn may_wait(&self, cur: &Cur, d: &TaskData, entry: bool) -> bool {
-        can_redirect(entry)
+        self.can_redirect(entry)
             && cur.sleepable
             && !d.wait.nowait
             && self.settings.arm_wait_ms.load(Ordering::Relaxed) != 0
@@ -30,7 +53,7 @@ impl Tracer {
     pub(crate) fn unarmed_reason(&self, cur: &Cur, d: &TaskData, entry: bool) -> Reason {
         if !cur.sleepable {
             Reason::Atomic
-        } else if !can_redirect(entry) {
+        } else if !self.can_redirect(entry) {
             Reason::NotArmedYet
         } else if !self.may_wait(cur, d, entry) {
             Reason::ArmTimeout
@@ -40,31 +63,43 @@ impl Tracer {
     }
 
     /// Sends the task to the trampoline to arm `target`, then to run the instruction at
-    /// `addr` again: pushes `addr` as a return address (the int3 entry leaves a gap below
-    /// the interrupted stack for exactly this) and resumes at the trampoline. Returns
-    /// whether it did: never on arm64, whose trampolines are not written yet (the task goes
-    /// on; see `sys/own.rs`).
+    /// `addr` again: what to do to its registers ([`Redirect::apply`]), or `None` if it
+    /// cannot (the caller draws the call as not followed). `at_entry`: the task is at a
+    /// function's entry or a tail call, where the function has no frame of its own (for
+    /// the unwinder, on arm64).
+    ///
+    /// x86-64: `addr` is pushed as a return address (the int3 entry leaves a gap below the
+    /// interrupted stack for exactly this) and the task resumes at `fctrace_trampoline`.
+    ///
+    /// arm64: the exception return puts the stack pointer back where the breakpoint found
+    /// it, and every register may be live at `addr`, so nothing can carry `addr`: it is
+    /// kept for the task in [`resume::Resumes`](super::resume::Resumes), and the task
+    /// resumes at `fctrace_bp_trampoline` with every register as it was. The trampoline
+    /// waits, puts every register back and stops on the resume probe, whose handler sends
+    /// the task to `addr` (`resume.rs`). Not while that probe is not registered, nor when
+    /// every place is taken.
     pub(crate) fn redirect(
         &self,
         d: &mut TaskData,
-        regs: &mut sys::PtRegs,
         addr: u64,
         target: u64,
-    ) -> bool {
-        #[cfg(not(target_arch = "x86_64"))]
-        return {
-            let _ = (d, regs, addr, target);
-            false
+        at_entry: bool,
+    ) -> Option<Redirect> {
+        #[cfg(target_arch = "aarch64")]
+        let to = {
+            if !self.waits.resumes.ready() || !self.waits.resumes.claim(current_ids().0, addr) {
+                return None;
+            }
+            sys::bp_trampoline_addr(at_entry)
         };
         #[cfg(target_arch = "x86_64")]
-        {
-            self.note_redirect(d, addr, target);
-            self.waits.inflight.fetch_add(1, Ordering::AcqRel);
-            let trampoline = sys::trampoline_addr();
-            // Our redirecting probes are breakpoints (or the single step of `step.rs`).
-            kprobe::emulate_call(regs, addr, trampoline);
-            true
-        }
+        let to = {
+            let _ = at_entry;
+            sys::trampoline_addr()
+        };
+        self.note_redirect(d, addr, target);
+        self.waits.inflight.fetch_add(1, Ordering::AcqRel);
+        Some(Redirect { addr, to })
     }
 
     /// A redirect to a trampoline from `key` (a call site, or an ftrace site) to arm

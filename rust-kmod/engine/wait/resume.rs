@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! arm64: where a task that a breakpoint sent to wait for arming goes on.
+//!
+//! x86-64's breakpoint handler pushes the probed instruction's address below the
+//! interrupted stack pointer, and the trampoline returns there. arm64's cannot: the
+//! exception return puts the stack pointer back where the breakpoint found it, and at a
+//! call site or a function's entry any register may still be needed (a caller may keep a
+//! value in x16 across a call of a function it knows does not change it), so none can
+//! carry the address either. So the handler ([`Tracer::redirect`]) keeps the address for
+//! the task here and sends it to `fctrace_bp_trampoline` with every register as it was.
+//! The trampoline saves what C may change, waits, puts every register back and runs into
+//! `fctrace_bp_resume`, a `NOP` that carries the resume probe, registered for as long as
+//! the tracer lives: its handler takes the address back and sends the task there, with
+//! every register as the breakpoint found it. The probed instruction then runs again, and
+//! its probe finds the callee armed.
+//!
+//! A task without a kept address at the resume probe (none is, or kprobes was disabled
+//! while it waited and it ran past the probe) has nowhere to go: as a return fctrace
+//! cannot account for, it warns once and dies as after an oops.
+
+use super::MAX_TASKS;
+use crate::engine::tracer;
+use crate::engine::tree::current_ids;
+use crate::kprobe::{Handler, Probe};
+use crate::sys::{self, Regs};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use kernel::ffi::c_int;
+
+/// Where one task goes on.
+struct Place {
+    /// The thread's pid; 0: free.
+    pid: AtomicU32,
+    /// The probed instruction the task goes back to.
+    addr: AtomicU64,
+}
+
+/// The places, one per traced thread at most (a task waits in one trampoline at a time).
+pub(crate) struct Resumes {
+    /// The resume probe is registered: breakpoints may send tasks to the trampoline.
+    ready: AtomicBool,
+    places: [Place; MAX_TASKS],
+}
+
+impl Resumes {
+    pub(crate) fn new() -> Self {
+        Resumes {
+            ready: AtomicBool::new(false),
+            places: [const {
+                Place {
+                    pid: AtomicU32::new(0),
+                    addr: AtomicU64::new(0),
+                }
+            }; MAX_TASKS],
+        }
+    }
+
+    /// Whether breakpoints may send tasks to the trampoline.
+    pub(crate) fn ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Keeps `addr` for thread `pid`, which the caller is. Returns false when every place
+    /// is taken.
+    pub(crate) fn claim(&self, pid: u32, addr: u64) -> bool {
+        if pid == 0 {
+            return false;
+        }
+        for p in &self.places {
+            if p.pid
+                .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                p.addr.store(addr, Ordering::Release);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The address kept for thread `pid`, which the caller is.
+    fn find(&self, pid: u32) -> Option<&Place> {
+        (pid != 0)
+            .then(|| {
+                self.places
+                    .iter()
+                    .find(|p| p.pid.load(Ordering::Acquire) == pid)
+            })
+            .flatten()
+    }
+
+    /// Takes back the address kept for thread `pid`, which the caller is.
+    fn take(&self, pid: u32) -> Option<u64> {
+        let p = self.find(pid)?;
+        let addr = p.addr.swap(0, Ordering::AcqRel);
+        p.pid.store(0, Ordering::Release);
+        (addr != 0).then_some(addr)
+    }
+}
+
+/// The resume probe's data: the probe on `fctrace_bp_resume`.
+pub(crate) struct Resume;
+
+impl Handler for Resume {
+    // Every task that reaches it was sent by fctrace, traced or not any more.
+    fn pre(_: &Probe<Resume>, regs: &mut sys::PtRegs) -> c_int {
+        let to = tracer().and_then(|tr| tr.waits.resumes.take(current_ids().0));
+        // (Nowhere to go: the trampoline's lost path warns and kills the task.)
+        regs.set_pc(to.unwrap_or_else(sys::bp_lost_addr));
+        1
+    }
+}
+
+/// The resume probe, registered while the tracer lives.
+pub(crate) type ResumeProbe = Probe<Resume>;
+
+/// The resume probe, on `fctrace_bp_resume`.
+pub(crate) fn resume_probe() -> ResumeProbe {
+    Probe::at(sys::bp_resume_addr(), Resume)
+}
+
+/// Breakpoints may send tasks to the trampoline (`on`: the resume probe is registered),
+/// or no longer may (before it is unregistered, once no task is in the trampoline).
+pub(crate) fn set_ready(on: bool) {
+    if let Some(tr) = tracer() {
+        tr.waits.resumes.ready.store(on, Ordering::Release);
+    }
+}
+
+/// Called by `fctrace_bp_trampoline` (see `trampoline_arm64.S`) for its frame record:
+/// where the task goes on (0: nowhere known, the record ends the unwind there).
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_bp_resume_addr() -> u64 {
+    tracer()
+        .and_then(|tr| tr.waits.resumes.find(current_ids().0))
+        .map_or(0, |p| p.addr.load(Ordering::Acquire))
+}
+
+/// Called by `fctrace_bp_trampoline`: waits for the callee to be armed (or the reader,
+/// with `lossless`), as `fctrace_arm_pending` does on x86-64.
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_arm_pending_bp() {
+    if let Some(tr) = tracer() {
+        tr.arm_pending(None);
+    }
+}
