@@ -19,9 +19,9 @@
 //! while it waited and it ran past the probe) has nowhere to go: as a return fctrace
 //! cannot account for, it warns once and dies as after an oops.
 
-use super::MAX_TASKS;
 use crate::engine::tracer;
 use crate::engine::tree::current_ids;
+use crate::engine::MAX_TASKS;
 use crate::kprobe::{Handler, Probe};
 use crate::sys::{self, Regs};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
