@@ -160,6 +160,23 @@ void fctrace_recursion_unlock(int bits)
 }
 
 /*
+ * Both bits fctrace_recursion_lock() takes are set: a callback of this context level
+ * holds them. Not necessarily one this code is nested in: the end of an interrupt's
+ * softirqs (handle_softirqs() returns after it dropped SOFTIRQ_OFFSET, and the hardirq
+ * level is gone by then, in irq_exit()) counts as the level of the task it
+ * interrupted, whose callback may hold both. Either way every ftrace callback of this
+ * level is kept out while they stay set.
+ */
+bool fctrace_recursion_held(void)
+{
+	unsigned int val = READ_ONCE(current->trace_recursion);
+	unsigned int both = BIT(TRACE_FTRACE_START + trace_get_context_bit()) |
+			    BIT(TRACE_FTRACE_START + TRACE_CTX_TRANSITION);
+
+	return (val & both) == both;
+}
+
+/*
  * The module holds itself while tracing and while a hooked return may still come back
  * through fctrace_return: rmmod is refused ("in use") rather than left waiting.
  */

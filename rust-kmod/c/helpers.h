@@ -200,6 +200,8 @@ void fctrace_sleep_idle(unsigned int ms);
  */
 int fctrace_recursion_lock(void);
 void fctrace_recursion_unlock(int bit);
+/* Whether this context level's bits, and the transition bit, are both held already. */
+bool fctrace_recursion_held(void);
 
 /*
  * Entry hooks: adds the ftrace sites ips[0..n) to fctrace's ftrace_ops (registered with

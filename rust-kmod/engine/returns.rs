@@ -553,7 +553,7 @@ impl Tracer {
         {
             self.kick_work();
         }
-        if let Some(_recursion) = sys::RecursionGuard::try_new() {
+        if let Some(_recursion) = sys::RecursionGuard::new() {
             self.on_return(h.retp, rax);
         }
     }
@@ -609,7 +609,7 @@ pub(crate) extern "C" fn fctrace_return_handler(sp: u64, rax: u64) -> u64 {
         return 0;
     };
     if let Some(orig) = tr.returns.pop(key, retp) {
-        if let Some(_recursion) = sys::RecursionGuard::try_new() {
+        if let Some(_recursion) = sys::RecursionGuard::new() {
             tr.on_return(retp, rax);
         }
         return orig;

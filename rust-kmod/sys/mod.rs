@@ -162,23 +162,42 @@ impl Drop for IrqsOff {
     }
 }
 
-/// ftrace's recursion protection around the return handler, as ftrace callbacks have;
-/// `None` when this context is inside a callback already.
+/// ftrace's recursion protection around the return handler, as ftrace callbacks have:
+/// while it lives, no ftrace callback of this context level runs (function_graph does
+/// not trace what the handler calls). It holds the bits it took, or none when a callback
+/// of this level holds them already.
 #[must_use]
-pub(crate) struct RecursionGuard(c_int, NotSend);
+pub(crate) struct RecursionGuard(Option<c_int>, NotSend);
 
 impl RecursionGuard {
-    pub(crate) fn try_new() -> Option<Self> {
-        // SAFETY: `ftrace_test_recursion_trylock()`; unlocked by `drop`.
+    /// The guard; `None` when the bits could neither be taken nor are held (RCU is not
+    /// watching, with `CONFIG_FTRACE_VALIDATE_RCU_IS_WATCHING`).
+    ///
+    /// A return must close its frame even where the bits are held already: at the end
+    /// of an interrupt's softirqs, whose level is that of the task the interrupt stopped
+    /// inside one of fctrace's callbacks (`fctrace_recursion_held()`). The handler cannot
+    /// nest in itself there: its tree is guarded by `busy` (`Tracer::tree`).
+    pub(crate) fn new() -> Option<Self> {
+        // SAFETY: `ftrace_test_recursion_trylock()`, for both bits; unlocked by `drop`.
         let bit = unsafe { bindings::fctrace_recursion_lock() };
-        (bit >= 0).then_some(RecursionGuard(bit, PhantomData))
+        if bit >= 0 {
+            return Some(RecursionGuard(Some(bit), PhantomData));
+        }
+        // SAFETY: reads the current task's recursion bits.
+        if unsafe { bindings::fctrace_recursion_held() } {
+            return Some(RecursionGuard(None, PhantomData));
+        }
+        None
     }
 }
 
 impl Drop for RecursionGuard {
     fn drop(&mut self) {
-        // SAFETY: `self.0` is what the lock in `try_new` returned.
-        unsafe { bindings::fctrace_recursion_unlock(self.0) };
+        if let Some(bit) = self.0 {
+            // SAFETY: `bit` is what the lock in `new` returned, on this CPU (preemption
+            // stays disabled while the bits are held).
+            unsafe { bindings::fctrace_recursion_unlock(bit) };
+        }
     }
 }
 
