@@ -248,9 +248,8 @@ const ARCH_NOTE: &str = if cfg!(target_arch = "x86_64") {
     ""
 } else {
     "
-Not yet on this architecture: the irqs option (it finds none of its entry
-points) and the preemption hooks (what the scheduler does for a task that is
-preempted is not followed).
+Not yet on this architecture: the preemption hooks (what the scheduler does
+for a task that is preempted is not followed).
 "
 };
 

@@ -11,12 +11,22 @@ use kernel::prelude::*;
 
 /// Interrupt entry functions probed with the `irqs` option: hardware interrupts (timer,
 /// devices, IPIs, irq_work) and softirqs (also those run from `local_bh_enable()`).
+#[cfg(target_arch = "x86_64")]
 pub(crate) const IRQ_ROOTS: &[(&CStr, Ctx)] = &[
     (c_str!("__sysvec_apic_timer_interrupt"), Ctx::HardIrq),
     (c_str!("__common_interrupt"), Ctx::HardIrq),
     (c_str!("__sysvec_irq_work"), Ctx::HardIrq),
     (c_str!("__sysvec_call_function_single"), Ctx::HardIrq),
     (c_str!("__sysvec_call_function"), Ctx::HardIrq),
+    (c_str!("handle_softirqs"), Ctx::SoftIrq),
+];
+
+/// arm64: every hardware interrupt (the timer, devices, IPIs and the irq_work they run
+/// are interrupts of the GIC) comes through `generic_handle_domain_irq()` from the root
+/// handler, which is in `.irqentry.text`, where kprobes may not probe; and softirqs.
+#[cfg(target_arch = "aarch64")]
+pub(crate) const IRQ_ROOTS: &[(&CStr, Ctx)] = &[
+    (c_str!("generic_handle_domain_irq"), Ctx::HardIrq),
     (c_str!("handle_softirqs"), Ctx::SoftIrq),
 ];
 
