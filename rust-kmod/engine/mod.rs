@@ -791,7 +791,7 @@ pub(crate) struct TracerHandle {
     /// published and unregistered once no task is in the trampoline. Without it no
     /// breakpoint sends a task to wait.
     #[cfg(target_arch = "aarch64")]
-    resume: Option<Pin<KBox<wait::resume::ResumeProbe>>>,
+    resume: Option<wait::resume::ResumeHook>,
     tracer: Pin<KBox<Tracer>>,
 }
 
@@ -874,18 +874,10 @@ impl TracerHandle {
         // arm64: the resume probe, on fctrace's own text (`wait/resume.rs`); a task it
         // finds with nowhere to go dies at the dead end, which must be known.
         #[cfg(target_arch = "aarch64")]
-        let resume = {
-            let mut probe = KBox::pin(wait::resume::resume_probe(), GFP_KERNEL).ok();
-            let ok = dead_end != 0
-                && probe
-                    .as_mut()
-                    .is_some_and(|p| p.as_mut().register().is_ok());
-            if ok {
-                wait::resume::set_ready(true);
-            } else {
-                probe = None;
-            }
-            probe
+        let resume = if dead_end != 0 {
+            wait::resume::ResumeHook::register(&tracer)
+        } else {
+            None
         };
         Ok(TracerHandle {
             hooks: Some(hooks),
@@ -903,10 +895,7 @@ impl Drop for TracerHandle {
         tr.wait_idle();
         // No task is in the trampoline, nor can one be sent there.
         #[cfg(target_arch = "aarch64")]
-        {
-            wait::resume::set_ready(false);
-            drop(self.resume.take());
-        }
+        drop(self.resume.take());
         tr.wait_returns();
         // Unregisters the hooks, waiting for running callbacks.
         drop(self.hooks.take());

@@ -19,13 +19,14 @@
 //! while it waited and it ran past the probe) has nowhere to go: as a return fctrace
 //! cannot account for, it warns once and dies as after an oops.
 
-use crate::engine::tracer;
 use crate::engine::tree::current_ids;
 use crate::engine::MAX_TASKS;
+use crate::engine::{tracer, Tracer};
 use crate::kprobe::{Handler, Probe};
 use crate::sys::{self, Regs};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::ffi::c_int;
+use kernel::prelude::*;
 
 /// Where one task goes on.
 struct Place {
@@ -111,19 +112,28 @@ impl Handler for Resume {
     }
 }
 
-/// The resume probe, registered while the tracer lives.
-pub(crate) type ResumeProbe = Probe<Resume>;
+/// The resume probe, registered: while it lives, breakpoints may send tasks to the
+/// trampoline (`Resumes::ready` is set after the probe is registered, and cleared before
+/// it is unregistered).
+pub(crate) struct ResumeHook(Pin<KBox<Probe<Resume>>>);
 
-/// The resume probe, on `fctrace_bp_resume`.
-pub(crate) fn resume_probe() -> ResumeProbe {
-    Probe::at(sys::bp_resume_addr(), Resume)
+impl ResumeHook {
+    /// Registers the probe on `fctrace_bp_resume`, for the published tracer `tr`.
+    pub(crate) fn register(tr: &Tracer) -> Option<Self> {
+        let mut probe = KBox::pin(Probe::at(sys::bp_resume_addr(), Resume), GFP_KERNEL).ok()?;
+        probe.as_mut().register().ok()?;
+        tr.waits.resumes.ready.store(true, Ordering::Release);
+        Some(ResumeHook(probe))
+    }
 }
 
-/// Breakpoints may send tasks to the trampoline (`on`: the resume probe is registered),
-/// or no longer may (before it is unregistered, once no task is in the trampoline).
-pub(crate) fn set_ready(on: bool) {
-    if let Some(tr) = tracer() {
-        tr.waits.resumes.ready.store(on, Ordering::Release);
+impl Drop for ResumeHook {
+    /// Called once no task is in the trampoline: none can be sent there from now on; the
+    /// probe goes after (the field is dropped after this).
+    fn drop(&mut self) {
+        if let Some(tr) = tracer() {
+            tr.waits.resumes.ready.store(false, Ordering::Release);
+        }
     }
 }
 
