@@ -34,10 +34,6 @@ const TABLES: usize = 16;
 /// The largest object read as an ops table (`struct sched_class` is 232 bytes, `struct
 /// file_operations` 272).
 const TABLE_MAX: u64 = 1024;
-/// Whether a probe (a breakpoint) can always send a task to wait in a trampoline
-/// ([`Tracer::redirect`]): on x86-64. On arm64 it can while the resume probe is
-/// registered (`resume.rs`, [`Tracer::can_redirect`]).
-pub(crate) const CAN_REDIRECT: bool = cfg!(target_arch = "x86_64");
 /// Whether an entry hook can send a task to wait ([`Tracer::redirect_entry`]): on x86-64,
 /// and on arm64 where ftrace can go on to a direct trampoline
 /// (`CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS`: `fctrace_entry_trampoline` is one).
@@ -148,15 +144,6 @@ impl Waits {
         }
     }
 
-    /// Whether a breakpoint can send a task to wait: always on x86-64; on arm64 while
-    /// the resume probe is registered.
-    fn breakpoints_redirect(&self) -> bool {
-        #[cfg(target_arch = "aarch64")]
-        return self.resumes.ready();
-        #[cfg(target_arch = "x86_64")]
-        return CAN_REDIRECT;
-    }
-
     /// No task is in the trampoline.
     pub(crate) fn none_inflight(&self) -> bool {
         self.inflight.load(Ordering::Acquire) == 0
@@ -195,13 +182,16 @@ pub(crate) fn wake_armed() {
 }
 
 impl Tracer {
-    /// Whether a task can be sent to wait from a hook of this kind: an entry hook
-    /// (`entry`) or a breakpoint.
+    /// Whether a task can be sent to wait ([`Tracer::redirect`]) from a hook of this kind:
+    /// an entry hook (`entry`: [`CAN_REDIRECT_ENTRY`]) or a breakpoint (always on x86-64;
+    /// on arm64 while the resume probe is registered, `resume.rs`).
     pub(crate) fn can_redirect(&self, entry: bool) -> bool {
         if entry {
-            CAN_REDIRECT_ENTRY
-        } else {
-            self.waits.breakpoints_redirect()
+            return CAN_REDIRECT_ENTRY;
         }
+        #[cfg(target_arch = "aarch64")]
+        return self.waits.resumes.ready();
+        #[cfg(not(target_arch = "aarch64"))]
+        return true;
     }
 }
