@@ -363,13 +363,10 @@ impl Tracer {
                     if indirect {
                         d.expect = expect;
                     }
-                    if let Some(r) = self.redirect(&mut d, addr, func, true) {
+                    if let Some(r) = self.wait_for(&mut d, addr, func, true) {
                         r.apply(regs);
                         return 1;
                     }
-                    // (As in `site_call`: not reached.)
-                    d.wait.last_redirect = 0;
-                    self.want(func);
                     d.stack
                         .leaf(&rec, Reason::ArmFailed, flags, func, site, site_sp, tail);
                 }

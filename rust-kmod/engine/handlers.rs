@@ -375,14 +375,10 @@ impl Tracer {
             }
             Callee::Wait if early => return SiteCall::Step,
             Callee::Wait => {
-                if let Some(r) = self.redirect(&mut d, site.addr, target, tail) {
+                if let Some(r) = self.wait_for(&mut d, site.addr, target, tail) {
                     r.apply(regs);
                     return Done(1);
                 }
-                // (arm64, no place to keep where the task goes on: not reached, one per
-                // traced thread.)
-                d.wait.last_redirect = 0;
-                self.want(target);
                 d.stack
                     .leaf(&rec, Reason::ArmFailed, flags, target, site.addr, sp, tail);
             }
@@ -565,13 +561,10 @@ impl Tracer {
                 return 0;
             }
             Callee::Wait => {
-                if let Some(r) = self.redirect(&mut d, hook_addr, target, false) {
+                if let Some(r) = self.wait_for(&mut d, hook_addr, target, false) {
                     r.apply(regs);
                     return 1;
                 }
-                // (As in `site_call`: not reached.)
-                d.wait.last_redirect = 0;
-                self.want(target);
                 rec.leaf_at(0, Reason::ArmFailed, target, hook_addr);
             }
             Callee::Leaf(r) => rec.leaf_at(0, r, target, hook_addr),

@@ -102,6 +102,25 @@ impl Tracer {
         Some(Redirect { addr, to })
     }
 
+    /// Sends the task to the trampoline to arm `target`: [`Tracer::redirect`]. When it
+    /// cannot (arm64: no place left to keep `addr`, which one per traced thread rules
+    /// out), `target` is wanted for arming ahead instead and the caller draws the call as
+    /// not followed ([`Reason::ArmFailed`]).
+    pub(crate) fn wait_for(
+        &self,
+        d: &mut TaskData,
+        addr: u64,
+        target: u64,
+        at_entry: bool,
+    ) -> Option<Redirect> {
+        let r = self.redirect(d, addr, target, at_entry);
+        if r.is_none() {
+            d.wait.last_redirect = 0;
+            self.want(target);
+        }
+        r
+    }
+
     /// A redirect to a trampoline from `key` (a call site, or an ftrace site) to arm
     /// `target`: the task does not wait again when it comes back to `key`.
     pub(super) fn note_redirect(&self, d: &mut TaskData, key: u64, target: u64) {
