@@ -21,6 +21,9 @@
 #include <asm/irq_stack.h>
 #include <asm/unwind.h>
 #endif
+#ifdef CONFIG_ARM64
+#include <asm/compiler.h>
+#endif
 #include "helpers.h"
 
 /*
@@ -311,6 +314,33 @@ int fctrace_unwind_callers(unsigned long ip, unsigned long sp, unsigned long bp,
 		rets[i] = state.ip;
 		slots[i] = state.sp - sizeof(long);
 		i++;
+	}
+	return i;
+#elif defined(CONFIG_ARM64)
+	/*
+	 * The frame records from @bp (a frame pointer of the function at @ip, always kept
+	 * in the kernel's build): each is { the caller's record, the return address }, the
+	 * address signed with pointer authentication where the function signed it. The
+	 * slot given for each is its record: the stack pointer of the caller at its call
+	 * where the caller's prologue left it there (`mov x29, sp`, no more stack taken).
+	 * Only on this task's stack, above @sp, each record above the last.
+	 */
+	unsigned long low = sp, high = (unsigned long)task_stack_page(current) + THREAD_SIZE;
+	unsigned long fp = bp;
+	int i = 0;
+
+	(void)ip;
+	while (i < n && IS_ALIGNED(fp, 16) && fp >= low && fp < high - 16) {
+		unsigned long next = READ_ONCE(((unsigned long *)fp)[0]);
+		unsigned long lr = READ_ONCE(((unsigned long *)fp)[1]);
+
+		rets[i] = ptrauth_strip_kernel_insn_pac(lr);
+		slots[i] = fp;
+		i++;
+		if (next <= fp)
+			break;
+		low = fp + 16;
+		fp = next;
 	}
 	return i;
 #else

@@ -154,7 +154,8 @@ unsigned long fctrace_stack_word(unsigned long addr, unsigned long *val);
  * The frames that called the one at ip (sp, bp: its registers) on the current task's
  * stack, innermost first, as the ORC unwinder finds them: rets[i] the return address into
  * the ith caller, slots[i] the stack word that holds it. Up to n, and none past an
- * exception frame; the number found (0 without CONFIG_UNWINDER_ORC).
+ * exception frame; the number found (0 without CONFIG_UNWINDER_ORC). arm64: from the
+ * frame records, bp the frame pointer; slots[i] the record (see context.c).
  */
 int fctrace_unwind_callers(unsigned long ip, unsigned long sp, unsigned long bp,
 			   unsigned long *rets, unsigned long *slots, int n);

@@ -24,6 +24,9 @@ use super::handlers::Hook;
 use super::table::FuncState;
 use super::tree::{Cur, TaskData};
 use super::{call_target, read_kernel, Tracer};
+#[cfg(target_arch = "aarch64")]
+use crate::a64;
+#[cfg(target_arch = "x86_64")]
 use crate::decode::{self, Flow};
 use crate::kprobe::Probe;
 use crate::ksym::{addr_of, SymBuf};
@@ -33,9 +36,26 @@ use crate::sys::{self, Regs};
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use kernel::c_str;
 use kernel::ffi::c_int;
+use kernel::str::CStr;
 
 /// The most `call __schedule` instructions hooked.
 pub(crate) const MAX_PREEMPT_HOOKS: usize = 4;
+
+/// What a preemption calls from the function preempted: the thunks, or on arm64
+/// (`__preempt_schedule()`) the functions themselves.
+#[cfg(target_arch = "x86_64")]
+const THUNKS: [&CStr; 2] = [
+    c_str!("preempt_schedule_thunk"),
+    c_str!("preempt_schedule_notrace_thunk"),
+];
+#[cfg(target_arch = "aarch64")]
+const THUNKS: [&CStr; 2] = [
+    c_str!("preempt_schedule"),
+    c_str!("preempt_schedule_notrace"),
+];
+
+/// The length of a call instruction.
+const CALL_LEN: u64 = if cfg!(target_arch = "x86_64") { 5 } else { 4 };
 
 /// The most `call __schedule` instructions on the preemption path.
 const MAX_SCHED_RETS: usize = 4;
@@ -140,10 +160,7 @@ impl Preempt {
         for h in self.hooks.iter().chain(self.sched_rets.iter()) {
             h.store(0, Ordering::Relaxed);
         }
-        let thunks = [
-            addr_of(c_str!("preempt_schedule_thunk")),
-            addr_of(c_str!("preempt_schedule_notrace_thunk")),
-        ];
+        let thunks = THUNKS.map(addr_of);
         let sched = addr_of(c_str!("__schedule"));
         if thunks[0] == 0 || sched == 0 {
             return none;
@@ -158,6 +175,10 @@ impl Preempt {
         // (not hooked: kprobes refuses that function).
         let common = c_str!("preempt_schedule_common");
         let inlined = addr_of(common) == 0;
+        // arm64: the thunk is `preempt_schedule()` itself, which must make the call.
+        if cfg!(target_arch = "aarch64") && !inlined {
+            return none;
+        }
         let first = if inlined {
             c_str!("preempt_schedule")
         } else {
@@ -183,9 +204,10 @@ impl Preempt {
                 let Some(ret) = rets.get_mut(r) else {
                     return none;
                 };
-                *ret = c.wrapping_add(5);
+                *ret = c.wrapping_add(CALL_LEN);
                 r += 1;
-                if i == 0 && inlined {
+                // arm64: no hooks (see the module documentation).
+                if (i == 0 && inlined) || cfg!(target_arch = "aarch64") {
                     continue;
                 }
                 let Some(slot) = at.get_mut(n) else {
@@ -195,7 +217,7 @@ impl Preempt {
                 n += 1;
             }
         }
-        if n == 0 {
+        if n == 0 && cfg!(target_arch = "x86_64") {
             return none;
         }
         let mut bytes = [0u8; MAX_PREEMPT_HOOKS];
@@ -250,15 +272,29 @@ fn calls_to(
     }
     let mut out = [None; 2];
     let mut n = 0;
+    let mut call = |off: u32| {
+        if let Some(o) = out.get_mut(n) {
+            *o = Some(start + u64::from(off));
+        }
+        n += 1;
+    };
+    #[cfg(target_arch = "x86_64")]
     decode::scan(code, start, |off, insn| {
         if insn.len == 5 && matches!(insn.flow, Flow::Call(t) if target.contains(&t)) {
-            if let Some(o) = out.get_mut(n) {
-                *o = Some(start + u64::from(off));
-            }
-            n += 1;
+            call(off);
         }
     })
     .ok()?;
+    #[cfg(target_arch = "aarch64")]
+    for (i, w) in code.chunks_exact(4).enumerate() {
+        let off = (i * 4) as u32;
+        let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+        if matches!(a64::decode(w, start + u64::from(off)).flow,
+                    a64::Flow::Call(t) if target.contains(&t))
+        {
+            call(off);
+        }
+    }
     (n <= out.len()).then_some(out)
 }
 
@@ -344,6 +380,8 @@ impl Tracer {
         if sched == 0 || top.func == sched || sp >= top.entry_sp {
             return false;
         }
+        #[cfg(target_arch = "aarch64")]
+        return self.open_preempted_a64(cur, d, ip, sp, bp, top.func, top.entry_sp);
         let thunk_open = self.preempt.is_thunk(top.func);
         let depth = d.stack.depth() + if thunk_open { 1 } else { 2 };
         let max = self.settings.max_depth.load(Ordering::Relaxed) as usize;
@@ -373,13 +411,8 @@ impl Tracer {
         if !chain {
             return false;
         }
-        match self.table.lookup(sched) {
-            FuncState::Armed => {}
-            FuncState::Unknown => {
-                self.want(sched);
-                return false;
-            }
-            _ => return false,
+        if !self.sched_armed(sched) {
+            return false;
         }
         // The call's registers are not the scheduler's entry's: no arguments.
         let rec = self.recorder(cur);
@@ -398,5 +431,72 @@ impl Tracer {
         }
         self.hook_stack_return(sched_sp);
         true
+    }
+    /// Whether the scheduler (`sched`) is armed, so that its frame may open under a
+    /// preemption; one not known yet is wanted for arming.
+    fn sched_armed(&self, sched: u64) -> bool {
+        match self.table.lookup(sched) {
+            FuncState::Armed => true,
+            FuncState::Unknown => {
+                self.want(sched);
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// arm64's [`Tracer::open_preempted`]. The thunk is `preempt_schedule()` (or its
+    /// `_notrace` twin) itself, called with `BL`: its frame is open already, its call
+    /// site's probe opened it (a function kprobes refuses has no call sites of its own to
+    /// probe). The frame records give the scheduler's return into it, which must be a
+    /// call of `__schedule()` of the preemption path, and the thunk's record, where its
+    /// prologue (`stp x29, x30, [sp, #-n]!; mov x29, sp`) left its stack pointer for the
+    /// call. The scheduler's frame opens there without its return hooked: `__schedule()`
+    /// saved its return address signed, and fctrace never writes a signed return address
+    /// on a stack. It closes with the thunk's hooked return, or when the task is seen
+    /// above it; a second run of the scheduler in the same preemption (the thunk loops
+    /// while a reschedule is still due) adds to the first.
+    #[cfg(target_arch = "aarch64")]
+    #[allow(clippy::too_many_arguments)]
+    fn open_preempted_a64(
+        &self,
+        cur: &Cur,
+        d: &mut TaskData,
+        ip: u64,
+        sp: u64,
+        fp: u64,
+        top_func: u64,
+        top_sp: u64,
+    ) -> bool {
+        let sched = self.preempt.sched();
+        let depth = d.stack.depth() + 1;
+        let max = self.settings.max_depth.load(Ordering::Relaxed) as usize;
+        if !self.preempt.is_thunk(top_func) || depth > MAX_FRAMES || (max != 0 && depth > max) {
+            return false;
+        }
+        let mut callers = [(0u64, 0u64); 3];
+        if sys::unwind_callers(ip, sp, fp, &mut callers) < 2 {
+            return false;
+        }
+        let [(ret, sched_rec), (_, thunk_rec), _] = callers;
+        // (The frame's key, as for a call: the word below the stack pointer at the call.)
+        let sched_sp = thunk_rec.wrapping_sub(8);
+        let chain = self
+            .preempt
+            .sched_rets
+            .iter()
+            .any(|r| r.load(Ordering::Relaxed) == ret)
+            && sp <= sched_rec
+            && sched_rec < thunk_rec
+            && sched_sp < top_sp;
+        if !chain {
+            return false;
+        }
+        if !self.sched_armed(sched) {
+            return false;
+        }
+        let rec = self.recorder(cur);
+        d.stack
+            .open(&rec, sched, ret.wrapping_sub(CALL_LEN), 0, sched_sp, false)
     }
 }

@@ -37,6 +37,8 @@ pub(crate) fn stack_word(addr: u64) -> Option<(u64, u64)> {
 /// The callers of the frame at `ip` (`sp`, `bp`: its registers) on the current task's
 /// stack, as the ORC unwinder finds them: `(return address, the stack word holding it)`
 /// for each, innermost first, into `out`; how many (0 without `CONFIG_UNWINDER_ORC`).
+/// arm64: from the frame records, `bp` the frame pointer: `(return address, stripped of
+/// its pointer authentication code, the record)`.
 pub(crate) fn unwind_callers(ip: u64, sp: u64, bp: u64, out: &mut [(u64, u64); 3]) -> usize {
     let (mut rets, mut slots) = ([0 as c_ulong; 3], [0 as c_ulong; 3]);
     // SAFETY: the arrays have room for the 3 entries asked for; the unwinder reads only
