@@ -323,19 +323,36 @@ impl Tracer {
         // Room for the probes themselves: a site watched from a pre-site and a post-site
         // takes two (pass 0 made room for one per site, and `probes_armed` went past
         // `max_probes` by the post-sites: `control/disarm_after.tc` on the distro kernel).
+        let cold = cold.unwrap_or((0, 0));
+        self.finish_func(inner, sites, end, cold, &callees, &fixed, sym)
+    }
+
+    /// The end of building a function (either architecture): room for its `sites`, its
+    /// known callees, and its probes registered. A call site that cannot be probed is
+    /// counted; the function is armed all the same (its frames close through their
+    /// hooked returns).
+    #[allow(clippy::too_many_arguments)]
+    fn finish_func(
+        &self,
+        inner: &mut TracerInner,
+        sites: KVec<Probe<SiteData>>,
+        end: u64,
+        cold: (u64, u64),
+        callees: &[(u64, bool)],
+        fixed: &[u64],
+        sym: &mut SymBuf,
+    ) -> core::result::Result<Func, Reason> {
         self.make_room(inner, sites.len() as u64)?;
-        let (hooked_callees, fixed_callees) = self.known_callees(&callees, &fixed, sym);
+        let (hooked_callees, fixed_callees) = self.known_callees(callees, fixed, sym);
         let mut func = Func {
             sites: ProbeSet::new(sites),
             entry: 0,
             pinned: false,
             end,
-            cold: cold.unwrap_or((0, 0)),
+            cold,
             hooked_callees,
             fixed_callees,
         };
-        // Register. A call site that cannot be probed is counted; the function is armed
-        // all the same (its frames close through their hooked returns).
         self.register_sites(inner, &mut func, sym);
         Ok(func)
     }
@@ -680,12 +697,7 @@ impl Tracer {
         sym: &mut SymBuf,
         hook_self: bool,
     ) -> core::result::Result<Func, Reason> {
-        let mut code =
-            KVVec::from_elem(0u8, size as usize, GFP_KERNEL).map_err(|_| Reason::ArmFailed)?;
-        if !read_kernel(start, &mut code) {
-            return Err(Reason::Unprobeable);
-        }
-        inner.restore_entry_probe_bytes(start, &mut code);
+        let code = self.func_code(inner, start, size)?;
         // First pass: the sites and their direct callees; then the callees' entry hooks;
         // second pass: a probe on each site whose callee has none.
         let mut kinds: KVec<(u32, SiteKind)> = KVec::new();
@@ -733,18 +745,6 @@ impl Tracer {
                 .push(Probe::at(data.addr, data), GFP_KERNEL)
                 .map_err(|_| Reason::ArmFailed)?;
         }
-        self.make_room(inner, sites.len() as u64)?;
-        let (hooked_callees, fixed_callees) = self.known_callees(&callees, &[], sym);
-        let mut func = Func {
-            sites: ProbeSet::new(sites),
-            entry: 0,
-            pinned: false,
-            end,
-            cold: (0, 0),
-            hooked_callees,
-            fixed_callees,
-        };
-        self.register_sites(inner, &mut func, sym);
-        Ok(func)
+        self.finish_func(inner, sites, end, (0, 0), &callees, &[], sym)
     }
 }
