@@ -378,6 +378,11 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "probe_blockers: {}", n(&s.probe_blockers))?;
     writeln!(
         t,
+        "probe_hits_untraced: {}",
+        crate::sys::untraced_probe_hits()
+    )?;
+    writeln!(
+        t,
         "late_int3_recovered: {}",
         n(&crate::trap_notifier::RECOVERED)
     )?;

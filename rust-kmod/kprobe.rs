@@ -35,9 +35,9 @@ pub(crate) trait Handler: Sized + 'static {
     /// non-zero when it changed `regs.ip` (kprobes then resumes there).
     fn pre(probe: &Probe<Self>, regs: &mut bindings::pt_regs) -> c_int;
 
-    /// The handler does nothing for a task that `sys::maybe_traced()` rules out: the
+    /// The handler does nothing for a task that `sys::probe_traced()` rules out: the
     /// kprobes callback asks that first, before anything else (every task that runs
-    /// the probed code comes there).
+    /// the probed code comes there), and such a pass is counted.
     const TRACED_ONLY: bool = false;
 }
 
@@ -101,7 +101,7 @@ unsafe extern "C" fn pre_handler<D: Handler>(
     p: *mut bindings::kprobe,
     regs: *mut bindings::pt_regs,
 ) -> c_int {
-    if D::TRACED_ONLY && !crate::sys::maybe_traced() {
+    if D::TRACED_ONLY && !crate::sys::probe_traced() {
         return 0;
     }
     // SAFETY: `Probe` and `Header` are `repr(C)` with the kprobe first (and `Opaque<T>`

@@ -26,9 +26,30 @@ static __always_inline bool fctrace_hot(void)
 	       (READ_ONCE(fctrace_hot_kworkers) && (current->flags & PF_WQ_WORKER));
 }
 
-bool fctrace_maybe_traced(void)
+/*
+ * The passes of tasks fctrace does not trace through its call-site and entry probes: what
+ * fctrace costs other tasks there. Each is a breakpoint trap where kprobes did not optimize
+ * the probe into a jump (every one on arm64, which has no optimized kprobes). Per CPU, so
+ * that counting adds no shared cache line to their path.
+ */
+static DEFINE_PER_CPU(unsigned long, fctrace_untraced_hits);
+
+bool fctrace_probe_traced(void)
 {
-	return fctrace_hot();
+	if (likely(fctrace_hot()))
+		return true;
+	this_cpu_inc(fctrace_untraced_hits);
+	return false;
+}
+
+unsigned long fctrace_untraced_probe_hits(void)
+{
+	unsigned long sum = 0;
+	int cpu;
+
+	for_each_possible_cpu(cpu)
+		sum += per_cpu(fctrace_untraced_hits, cpu);
+	return sum;
 }
 
 /*

@@ -42,7 +42,13 @@ void fctrace_current_ids(u32 *pid, u32 *tgid);
 void fctrace_current_comm(u8 *comm16);
 u64 fctrace_clock(void);
 u32 fctrace_cpu(void);
-bool fctrace_maybe_traced(void);
+/*
+ * Whether the current task may be traced (its thread group's bit of the hot mask), for
+ * a probe's handler: a pass it rules out is counted.
+ */
+bool fctrace_probe_traced(void);
+/* The passes fctrace_probe_traced() ruled out, on all CPUs. */
+unsigned long fctrace_untraced_probe_hits(void);
 /*
  * The thread group of thread `pid` (in the caller's PID namespace), and in `*kthread`
  * whether it is a kernel thread; -ESRCH if there is none, or the group is dead or dying

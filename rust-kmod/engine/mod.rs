@@ -121,7 +121,7 @@ pub(crate) fn tracer() -> Option<&'static Tracer> {
 
 /// While tracing is on, at least the bits of `Tracer::traced_mask` (else 0, or a few bits
 /// left over: a superset is harmless, the handlers ask [`Tracer::current_traced`] next). Read by
-/// every task that runs a hooked function or a probe, in C (`fctrace_maybe_traced()`,
+/// every task that runs a hooked function or a probe, in C (`fctrace_probe_traced()`,
 /// the ftrace callback): one load and one test, the whole cost of fctrace's hooks to
 /// tasks it does not trace.
 #[no_mangle]

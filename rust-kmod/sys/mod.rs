@@ -110,11 +110,19 @@ pub(crate) fn current_exiting() -> bool {
 /// Whether the current task may be traced: false for most tasks, cheaply (its thread
 /// group's bit of the hot mask, a superset of the traced thread groups' while tracing is
 /// on). The first question of the probe handlers every task runs (kprobes' detours of
-/// entry probes and pre-sites), before anything else.
+/// entry probes and pre-sites), before anything else; a pass by a task it rules out is
+/// counted (per CPU) in [`untraced_probe_hits`].
 #[inline(always)]
-pub(crate) fn maybe_traced() -> bool {
-    // SAFETY: reads `current`'s thread group and the module's own `fctrace_hot_mask`.
-    unsafe { bindings::fctrace_maybe_traced() }
+pub(crate) fn probe_traced() -> bool {
+    // SAFETY: reads `current`'s thread group and the module's own `fctrace_hot_mask`, and
+    // increments this CPU's counter (`this_cpu_inc()`, safe in any context).
+    unsafe { bindings::fctrace_probe_traced() }
+}
+
+/// The passes [`probe_traced`] ruled out so far, on all CPUs.
+pub(crate) fn untraced_probe_hits() -> u64 {
+    // SAFETY: sums the module's own per-CPU counters; no preconditions.
+    unsafe { bindings::fctrace_untraced_probe_hits() as u64 }
 }
 
 /// ftrace's "local" clock in nanoseconds (`trace_clock_local()`).
