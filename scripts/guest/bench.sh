@@ -19,9 +19,10 @@
 #             apart from the read/write system call layer and the scheduler);
 #   stat:     $N_STAT stat() calls on a tmpfs file (other system calls, none of B's code).
 # Then B is stopped. One line per run:
-#   BENCH mode=M rep=R other_ns=.. pingpong_ns=.. stat_ns=.. traced_ns=.. ops=..
+#   BENCH mode=M rep=R other_ns=.. pingpong_ns=.. stat_ns=.. traced_ns=.. ops=.. untraced_hits=A/B/C
 # (other_ns, pingpong_ns, stat_ns: the other tasks' times; traced_ns: B's time per read;
-# ops: B's reads.)
+# ops: B's reads; untraced_hits: fctrace's probes the other tasks passed, per read, per
+# round trip and per stat(): a breakpoint trap each where the probe is not optimized.)
 #
 # Completeness, once: B does $N_COMPLETE reads alone, traced; in the tracer's trace
 # (16 MiB per CPU: room for all), count function entries ("f() {" and "f();" lines) and
@@ -39,6 +40,8 @@ N_PP=${N_PP:-5000}
 N_STAT=${N_STAT:-20000}
 N_COMPLETE=${N_COMPLETE:-300}
 export FCT_GATE=/tmp/fct_go
+# The system call functions' prefix on this architecture.
+case $(uname -m) in aarch64) S=__arm64_sys_ ;; *) S=__x64_sys_ ;; esac
 FCTRACE=$F
 TRACEFS=$T
 . /selftests/test.d/functions
@@ -113,6 +116,10 @@ trace_pid() { # mode pid
 
 kv() { sed -n "s/^$1 //p" "$2"; }
 
+# fctrace's probe passes of tasks it does not trace (its stats: each a trap where the
+# probe is a breakpoint, every one on arm64).
+hits() { sed -n 's/^probe_hits_untraced: //p' $F/stats; }
+
 # settle MODE: for fctrace, wait (up to 30 s) until arming has settled (settle_arming in
 # selftests/test.d/functions): the measured runs are then the steady state of a long
 # trace, not its first second (the traced process B runs meanwhile).
@@ -129,16 +136,23 @@ run() { # mode rep [quiet]
     trace_pid "$1" $B
     touch $FCT_GATE
     settle "$1"
+    h0=$(hits)
     FCT_NOGATE=1 fct_bench $N_OTHER > /tmp/o.out
+    h1=$(hits)
     fct_pingpong $N_PP > /tmp/p.out
+    h2=$(hits)
     FCT_NOGATE=1 FCT_BENCH_OP=stat fct_bench $N_STAT /tmp/stat.file > /tmp/s.out
+    h3=$(hits)
     kill -USR1 $B
     wait $B
     [ "$1" = ftrace ] && echo 0 > $T/tracing_on
     [ "$3" = quiet ] && return 0
     ops=$(kv ops /tmp/b.out)
+    per_op=$(awk -v a=$((h1 - h0)) -v b=$((h2 - h1)) -v c=$((h3 - h2)) \
+        -v na=$N_OTHER -v nb=$N_PP -v nc=$N_STAT 'BEGIN { printf "%.2f/%.2f/%.2f", a / na, b / nb, c / nc }')
     echo "BENCH mode=$1 rep=$2 other_ns=$(kv ns /tmp/o.out) pingpong_ns=$(kv ns /tmp/p.out)" \
-        "stat_ns=$(kv ns /tmp/s.out) traced_ns=$(($(kv ns /tmp/b.out) / ops)) ops=$ops"
+        "stat_ns=$(kv ns /tmp/s.out) traced_ns=$(($(kv ns /tmp/b.out) / ops)) ops=$ops" \
+        "untraced_hits=$per_op"
 }
 
 complete() { # mode
@@ -254,7 +268,7 @@ cold() { # name roots cmd...
     "$@" > /dev/null 2>&1
     ftrace_once /tmp/cold.ft0 "$roots" "$@"
     P0=$C
-    echo '!__x64_sys_access !__x64_sys_clock_nanosleep !__x64_sys_nanosleep !__x64_sys_exit_group' > $F/filter
+    echo "!${S}access !${S}clock_nanosleep !${S}nanosleep !${S}exit_group" > $F/filter
     # A parked process keeps the session (and what it armed) for a second, warm run.
     fct_park 1 > /tmp/cold.park &
     PARK=$!
@@ -382,10 +396,10 @@ arming() {
     echo nofollow-forks > $F/options
 }
 
-cold open "__x64_sys_openat __x64_sys_close" fct_ops open /proc/version
-cold read "__x64_sys_openat __x64_sys_read __x64_sys_close" fct_ops read /proc/version
-cold stat "__x64_sys_newfstatat __x64_sys_newstat __x64_sys_statx" fct_ops stat /tmp/stat.file
-cold mmap "__x64_sys_mmap __x64_sys_munmap" fct_ops mmap
-cold fork "__x64_sys_clone __x64_sys_wait4" fct_ops fork
+cold open "${S}openat ${S}close" fct_ops open /proc/version
+cold read "${S}openat ${S}read ${S}close" fct_ops read /proc/version
+cold stat "${S}newfstatat ${S}newstat ${S}statx" fct_ops stat /tmp/stat.file
+cold mmap "${S}mmap ${S}munmap" fct_ops mmap
+cold fork "${S}clone ${S}wait4" fct_ops fork
 arming
 echo "BENCH done"

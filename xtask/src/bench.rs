@@ -31,6 +31,9 @@ pub struct Sample {
     pub stat_ns: f64,
     /// The traced process, ns per read.
     pub traced_ns: f64,
+    /// fctrace's probes the other tasks passed (each a trap where the probe is a
+    /// breakpoint): per read, per ping-pong round trip, per `stat()`.
+    pub untraced_hits: Option<[f64; 3]>,
 }
 
 /// The completeness run of one tracer: what its trace holds.
@@ -57,8 +60,8 @@ pub(crate) fn fields(line: &str, tag: &str) -> Option<BTreeMap<String, String>> 
     )
 }
 
-/// Parses `BENCH mode=.. rep=.. other_ns=.. pingpong_ns=.. stat_ns=.. traced_ns=.. ops=..`
-/// lines.
+/// Parses `BENCH mode=.. rep=.. other_ns=.. pingpong_ns=.. stat_ns=.. traced_ns=.. ops=..
+/// untraced_hits=A/B/C` lines.
 pub fn parse(console: &str) -> Vec<Sample> {
     let mut out = Vec::new();
     for line in console.lines() {
@@ -81,9 +84,17 @@ pub fn parse(console: &str) -> Vec<Sample> {
             pingpong_ns: p,
             stat_ns: st,
             traced_ns: t,
+            untraced_hits: kv.get("untraced_hits").and_then(|v| per_op(v)),
         });
     }
     out
+}
+
+/// `A/B/C`: three numbers.
+fn per_op(v: &str) -> Option<[f64; 3]> {
+    let mut it = v.split('/').map(|x| x.parse::<f64>().ok());
+    let out = [it.next()??, it.next()??, it.next()??];
+    it.next().is_none().then_some(out)
 }
 
 /// Parses `BENCHC mode=.. calls=.. roots=.. lost=..` lines.
@@ -429,6 +440,9 @@ pub struct Row {
     pub traced: Ratio,
     /// Calls seen per traced read, and events lost (completeness run).
     pub complete: Option<(f64, u64)>,
+    /// The other tasks' passes through fctrace's probes per operation (mean over the
+    /// repetitions): same reads, ping-pong round trips, `stat()`s.
+    pub untraced_hits: Option<[f64; 3]>,
 }
 
 impl Row {
@@ -481,16 +495,23 @@ pub fn summarize(samples: &[Sample], complete: &[Complete]) -> Result<Vec<Row>> 
                 .iter()
                 .find(|c| c.mode == m && c.roots > 0)
                 .map(|c| (c.calls as f64 / c.roots as f64, c.lost)),
+            untraced_hits: mean_hits(&s),
         });
     }
     Ok(rows)
+}
+
+/// The mean of the samples' `untraced_hits`, if every sample has them.
+fn mean_hits(s: &[Sample]) -> Option<[f64; 3]> {
+    let h: Vec<[f64; 3]> = s.iter().map(|x| x.untraced_hits).collect::<Option<_>>()?;
+    (!h.is_empty()).then(|| [0, 1, 2].map(|i| mean(&h.iter().map(|x| x[i]).collect::<Vec<_>>())))
 }
 
 pub fn table(rows: &[Row]) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "{:<15} {:>4}  {:>24}  {:>24}  {:>24}  {:>24}  {:>10}  {:>7}  {:>9}",
+        "{:<15} {:>4}  {:>24}  {:>24}  {:>24}  {:>24}  {:>10}  {:>7}  {:>9}  {:>18}",
         "tracer",
         "reps",
         "other: same code",
@@ -499,7 +520,8 @@ pub fn table(rows: &[Row]) -> String {
         "traced task",
         "calls/read",
         "lost",
-        "per call"
+        "per call",
+        "other: probe hits"
     );
     let cell = |r: &Ratio| format!("{:.3} [{:.3}-{:.3}]", r.mean, r.min, r.max);
     for r in rows {
@@ -508,9 +530,12 @@ pub fn table(rows: &[Row]) -> String {
             None => ("-".into(), "-".into()),
         };
         let per_call = r.added_per_call().map_or("-".into(), |p| format!("{p:.3}"));
+        let hits = r
+            .untraced_hits
+            .map_or("-".into(), |[a, b, c]| format!("{a:.2}/{b:.2}/{c:.2}"));
         let _ = writeln!(
             t,
-            "{:<15} {:>4}  {:>24}  {:>24}  {:>24}  {:>24}  {:>10}  {:>7}  {:>9}",
+            "{:<15} {:>4}  {:>24}  {:>24}  {:>24}  {:>24}  {:>10}  {:>7}  {:>9}  {:>18}",
             r.mode,
             r.reps,
             cell(&r.other),
@@ -519,7 +544,8 @@ pub fn table(rows: &[Row]) -> String {
             cell(&r.traced),
             calls,
             lost,
-            per_call
+            per_call,
+            hits
         );
     }
     let _ = writeln!(
@@ -544,7 +570,15 @@ pub fn table(rows: &[Row]) -> String {
     );
     let _ = writeln!(
         t,
-        " calls/read, in untraced reads: fctrace also shows calls into code ftrace cannot trace)"
+        " calls/read, in untraced reads: fctrace also shows calls into code ftrace cannot trace;"
+    );
+    let _ = writeln!(
+        t,
+        " other: probe hits: fctrace's probes the other tasks passed per read, round trip and"
+    );
+    let _ = writeln!(
+        t,
+        " stat(), each a trap where the probe is a breakpoint: every one on arm64)"
     );
     t
 }
@@ -564,9 +598,12 @@ pub fn json(rows: &[Row], cold: &[Cold], arm: &[ArmSample]) -> String {
                 None => ("null".into(), "null".into()),
             };
             format!(
-                "    {{\"tracer\": \"{}\", \"reps\": {}, \"other_same_code_ratio\": {}, \"other_pingpong_ratio\": {}, \"other_stat_ratio\": {}, \"traced_task_ratio\": {}, \"calls_per_read\": {}, \"lost\": {}, \"traced_added_per_call\": {}}}",
+                "    {{\"tracer\": \"{}\", \"reps\": {}, \"other_same_code_ratio\": {}, \"other_pingpong_ratio\": {}, \"other_stat_ratio\": {}, \"traced_task_ratio\": {}, \"calls_per_read\": {}, \"lost\": {}, \"traced_added_per_call\": {}, \"other_probe_hits_per_op\": {}}}",
                 r.mode, r.reps, ratio(&r.other), ratio(&r.pingpong), ratio(&r.stat), ratio(&r.traced), calls, lost,
-                r.added_per_call().map_or("null".into(), |p| format!("{p:.4}"))
+                r.added_per_call().map_or("null".into(), |p| format!("{p:.4}")),
+                r.untraced_hits.map_or("null".into(), |[a, b, c]| format!(
+                    "{{\"same\": {a:.3}, \"pingpong\": {b:.3}, \"stat\": {c:.3}}}"
+                ))
             )
         })
         .collect();
@@ -651,8 +688,8 @@ mod tests {
 [    1.0] noise
 BENCH mode=none rep=1 other_ns=1000 pingpong_ns=500 stat_ns=100 traced_ns=2000 ops=100
 BENCH mode=none rep=2 other_ns=1000 pingpong_ns=500 stat_ns=100 traced_ns=2000 ops=100
-BENCH mode=fctrace rep=1 other_ns=1010 pingpong_ns=500 stat_ns=100 traced_ns=8000 ops=10
-BENCH mode=fctrace rep=2 other_ns=1030 pingpong_ns=510 stat_ns=101 traced_ns=6000 ops=20
+BENCH mode=fctrace rep=1 other_ns=1010 pingpong_ns=500 stat_ns=100 traced_ns=8000 ops=10 untraced_hits=2.00/4.50/0.00
+BENCH mode=fctrace rep=2 other_ns=1030 pingpong_ns=510 stat_ns=101 traced_ns=6000 ops=20 untraced_hits=3.00/5.50/0.10
 BENCHC mode=fctrace calls=3000 roots=100 lost=0
 BENCH mode=ftrace rep=1 other_ns=1500 pingpong_ns=750 stat_ns=200 traced_ns=4000 ops=10
 BENCHC mode=ftrace calls=1300 roots=100 lost=2
@@ -724,6 +761,13 @@ BENCHARM t=6 funcs=1200 reg_us=1600000 regs=99 hooks=600 probes=220 upd_us=40000
         // fctrace: traced 3.5 over 30 calls per read.
         assert!((f.added_per_call().unwrap() - 2.5 / 30.0).abs() < 1e-9);
         assert!(j.contains("\"traced_added_per_call\": 0.0833"));
+        // The other tasks' probe hits: the mean of the two runs; none for ftrace.
+        assert_eq!(f.untraced_hits, Some([2.5, 5.0, 0.05]));
+        assert_eq!(rows[2].untraced_hits, None);
+        assert!(j.contains("\"other_probe_hits_per_op\": {\"same\": 2.500, \"pingpong\": 5.000"));
+        assert!(table(&rows).contains("2.50/5.00/0.05"));
+        assert_eq!(per_op("1/2"), None);
+        assert_eq!(per_op("1/2/x"), None);
         assert_eq!(rows[0].added_per_call(), None);
         let t = table(&rows);
         assert!(t.contains("fctrace") && t.contains("30.0"));
