@@ -118,17 +118,19 @@ SYM_CODE_START(fctrace_bp_entry_trampoline)
 SYM_CODE_END(fctrace_bp_entry_trampoline)
 
 /*
- * fctrace_bp_resume: a NOP that carries the resume probe, registered while the module
- * is loaded. Its handler sends the task to the probed instruction kept for it, with
- * every register as the trampoline put it back: as the breakpoint found it.
+ * fctrace_bp_resume: a NOP that carries the resume probe, registered from the start of
+ * tracing until no task has a place kept. Its handler sends the task to the probed
+ * instruction kept for it, with every register as the trampoline put it back: as the
+ * breakpoint found it.
  *
  * fctrace_bp_lost_site: where a task goes that had no address kept (or ran past the
- * probe: kprobes disabled while it waited). fctrace_bp_lost() warns once; then, as after
- * an oops, make_task_dead(SIGKILL).
+ * probe: kprobes disabled while it waited). fctrace_bp_forget() gives its place back,
+ * fctrace_bp_lost() warns once; then, as after an oops, make_task_dead(SIGKILL).
  */
 SYM_CODE_START(fctrace_bp_resume)
 	nop
 SYM_INNER_LABEL(fctrace_bp_lost_site, SYM_L_GLOBAL)
+	bl	fctrace_bp_forget
 	bl	fctrace_bp_lost
 	adr_l	x16, fctrace_dead_end
 	ldr	x16, [x16]

@@ -246,6 +246,12 @@ pub(crate) struct TracerInner {
     /// `fctrace_return` (another tracer's return hook may hold one after fctrace could
     /// not put it back). `rmmod` is refused meanwhile, rather than left waiting.
     pub(crate) pinned: bool,
+    /// arm64: the resume probe (`wait/resume.rs`), registered when tracing starts and
+    /// unregistered with the module's reference to itself, once no task has a place
+    /// kept (none is between a breakpoint that sent it to wait and the probe). Without
+    /// it no breakpoint sends a task to wait.
+    #[cfg(target_arch = "aarch64")]
+    pub(crate) resume: Option<wait::resume::ResumeHook>,
     /// Start function, `None` for every system call.
     pub(crate) start: Option<u64>,
     /// `filter`: (negated, glob) pairs.
@@ -274,6 +280,8 @@ impl TracerInner {
         TracerInner {
             tracing_on: true,
             pinned: false,
+            #[cfg(target_arch = "aarch64")]
+            resume: None,
             start: None,
             filters: KVec::new(),
             funcs: KVec::new(),
@@ -787,11 +795,6 @@ pub(crate) struct TracerHandle {
     /// every hooked return came back. Declared first, so that it would go before the
     /// tracer in any case.
     hooks: Option<sys::Hooks>,
-    /// arm64: the resume probe (`wait/resume.rs`), registered after the tracer is
-    /// published and unregistered once no task is in the trampoline. Without it no
-    /// breakpoint sends a task to wait.
-    #[cfg(target_arch = "aarch64")]
-    resume: Option<wait::resume::ResumeHook>,
     tracer: Pin<KBox<Tracer>>,
 }
 
@@ -871,18 +874,8 @@ impl TracerHandle {
                 return Err(e);
             }
         };
-        // arm64: the resume probe, on fctrace's own text (`wait/resume.rs`); a task it
-        // finds with nowhere to go dies at the dead end, which must be known.
-        #[cfg(target_arch = "aarch64")]
-        let resume = if dead_end != 0 {
-            wait::resume::ResumeHook::register(&tracer)
-        } else {
-            None
-        };
         Ok(TracerHandle {
             hooks: Some(hooks),
-            #[cfg(target_arch = "aarch64")]
-            resume,
             tracer,
         })
     }
@@ -895,7 +888,7 @@ impl Drop for TracerHandle {
         tr.wait_idle();
         // No task is in the trampoline, nor can one be sent there.
         #[cfg(target_arch = "aarch64")]
-        drop(self.resume.take());
+        drop(tr.lock().resume.take());
         tr.wait_returns();
         // Unregisters the hooks, waiting for running callbacks.
         drop(self.hooks.take());

@@ -102,6 +102,12 @@ impl Tracer {
             sys::module_get();
             inner.pinned = true;
         }
+        // arm64: the resume probe, on fctrace's own text, before any probe that may send a
+        // task to wait (`wait/resume.rs`); it stays while the module holds itself.
+        #[cfg(target_arch = "aarch64")]
+        if inner.resume.is_none() {
+            inner.resume = super::wait::resume::ResumeHook::register(self);
+        }
         // (held now for this session: no longer for returns of the last one)
         self.stats.returns_pending.store(0, Ordering::Relaxed);
         self.active.store(true, Ordering::Release);
@@ -295,14 +301,28 @@ impl Tracer {
     }
 
     /// Once tracing stopped: drops the module's reference to itself when no hooked return
-    /// is left to come back through `fctrace_return`; else looks again in a while (the
-    /// lazy-disarming work item, idle meanwhile). With the mutex held.
+    /// is left to come back through `fctrace_return` (arm64: and no task is on its way to
+    /// the resume probe, which goes then); else looks again in a while (the lazy-disarming
+    /// work item, idle meanwhile). With the mutex held.
     pub(crate) fn unpin_when_returned(&self, inner: &mut TracerInner) {
         if !inner.pinned || self.active.load(Ordering::Acquire) {
             return;
         }
-        if self.returns.any_live() {
-            self.stats.returns_pending.store(1, Ordering::Relaxed);
+        // arm64: a task sent to the trampoline before its probe went (every other probe is
+        // unregistered now) still needs the resume probe; it goes once none has a place.
+        #[cfg(target_arch = "aarch64")]
+        if inner.resume.is_some() && self.waits.resumes.idle() {
+            inner.resume = None;
+        }
+        #[cfg(target_arch = "aarch64")]
+        let on_its_way = inner.resume.is_some();
+        #[cfg(not(target_arch = "aarch64"))]
+        let on_its_way = false;
+        let live = self.returns.any_live();
+        if live || on_its_way {
+            self.stats
+                .returns_pending
+                .store(u64::from(live), Ordering::Relaxed);
             sys::schedule_reap(RETURNS_POLL_MS);
             return;
         }

@@ -10,8 +10,8 @@
 //! carry the address either. So the handler ([`Tracer::redirect`]) keeps the address for
 //! the task here and sends it to `fctrace_bp_trampoline` with every register as it was.
 //! The trampoline saves what C may change, waits, puts every register back and runs into
-//! `fctrace_bp_resume`, a `NOP` that carries the resume probe, registered for as long as
-//! the tracer lives: its handler takes the address back and sends the task there, with
+//! `fctrace_bp_resume`, a `NOP` that carries the resume probe, registered from the start
+//! of tracing until no task can be on its way there: its handler takes the address back and sends the task there, with
 //! every register as the breakpoint found it. The probed instruction then runs again, and
 //! its probe finds the callee armed.
 //!
@@ -59,6 +59,14 @@ impl Resumes {
     /// Whether breakpoints may send tasks to the trampoline.
     pub(crate) fn ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    /// No task has a place kept: none is between the breakpoint that sent it to the
+    /// trampoline and the resume probe.
+    pub(crate) fn idle(&self) -> bool {
+        self.places
+            .iter()
+            .all(|p| p.pid.load(Ordering::Acquire) == 0)
     }
 
     /// Keeps `addr` for thread `pid`, which the caller is. Returns false when every place
@@ -114,12 +122,18 @@ impl Handler for Resume {
 
 /// The resume probe, registered: while it lives, breakpoints may send tasks to the
 /// trampoline (`Resumes::ready` is set after the probe is registered, and cleared before
-/// it is unregistered).
+/// it is unregistered). It lives in `TracerInner::resume`, from the start of tracing
+/// until the module drops its reference to itself.
 pub(crate) struct ResumeHook(Pin<KBox<Probe<Resume>>>);
 
 impl ResumeHook {
-    /// Registers the probe on `fctrace_bp_resume`, for the published tracer `tr`.
+    /// Registers the probe on `fctrace_bp_resume`, for the published tracer `tr`. Not
+    /// while the dead end is unknown: a task the probe finds with nowhere to go dies
+    /// there.
     pub(crate) fn register(tr: &Tracer) -> Option<Self> {
+        if !sys::dead_end_known() {
+            return None;
+        }
         let mut probe = KBox::pin(Probe::at(sys::bp_resume_addr(), Resume), GFP_KERNEL).ok()?;
         probe.as_mut().register().ok()?;
         tr.waits.resumes.ready.store(true, Ordering::Release);
@@ -128,8 +142,9 @@ impl ResumeHook {
 }
 
 impl Drop for ResumeHook {
-    /// Called once no task is in the trampoline: none can be sent there from now on; the
-    /// probe goes after (the field is dropped after this).
+    /// Called once no breakpoint can send a task to the trampoline (every other probe
+    /// is unregistered) and no task has a place kept ([`Resumes::idle`]): the probe goes
+    /// after (the field is dropped after this).
     fn drop(&mut self) {
         if let Some(tr) = tracer() {
             tr.waits.resumes.ready.store(false, Ordering::Release);
@@ -144,6 +159,16 @@ pub(crate) extern "C" fn fctrace_bp_resume_addr() -> u64 {
     tracer()
         .and_then(|tr| tr.waits.resumes.find(current_ids().0))
         .map_or(0, |p| p.addr.load(Ordering::Acquire))
+}
+
+/// Called on `fctrace_bp_lost_site` (see `trampoline_arm64.S`), where a task that ran
+/// past the resume probe dies: gives its place back, if it had one, so that the module can
+/// let go of itself.
+#[no_mangle]
+pub(crate) extern "C" fn fctrace_bp_forget() {
+    if let Some(tr) = tracer() {
+        let _ = tr.waits.resumes.take(current_ids().0);
+    }
 }
 
 /// Called by `fctrace_bp_trampoline`: waits for the callee to be armed (or the reader,
