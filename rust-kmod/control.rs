@@ -324,6 +324,7 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "probes_armed: {}", n(&s.probes_armed))?;
     writeln!(t, "max_probes: {}", n(&tr.settings.max_probes))?;
     writeln!(t, "call_sites_unprobeable: {}", n(&s.sites_unprobeable))?;
+    writeln!(t, "trivial_calls_unprobed: {}", n(&s.trivial_calls))?;
     writeln!(t, "trampoline_entries: {}", n(&s.redirects))?;
     writeln!(t, "trampoline_unsafe_flags: {}", n(&s.unsafe_flags))?;
     writeln!(t, "trampoline_polls: {}", n(&s.arm_polls))?;

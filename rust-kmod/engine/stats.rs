@@ -49,6 +49,9 @@ pub(crate) struct Stats {
     pub(crate) funcs_refused: AtomicU64,
     pub(crate) probes_armed: AtomicU64,
     pub(crate) sites_unprobeable: AtomicU64,
+    /// arm64: direct calls of trivial leaves without an ftrace site left unprobed
+    /// (`arming/arm64.rs`).
+    pub(crate) trivial_calls: AtomicU64,
     /// Callees of refused call sites with an entry hook (see `entry_probe.rs`), and
     /// those that could not get one.
     pub(crate) static_hooks: AtomicU64,

@@ -545,6 +545,31 @@ pub fn call_site(insn: Insn, inside: impl Fn(u64) -> bool) -> Option<Site> {
     }
 }
 
+/// The most instructions, its return included, of a function [`trivial_leaf`]
+/// calls trivial.
+pub const TRIVIAL_LEAF_WORDS: usize = 4;
+
+/// Whether the function whose first words are `words` is a trivial leaf: at
+/// most [`TRIVIAL_LEAF_WORDS`] instructions that run straight (no branch, no
+/// call, no trap, no system or firmware call) into a return to the link
+/// register. Outlined helpers such as `__kern_my_cpu_offset()` (`MRS`, `RET`),
+/// which GCC builds without an ftrace site and calls from every per-CPU
+/// access: fctrace on arm64 leaves their calls unprobed (a breakpoint trap for
+/// every task that makes one, for a line with nothing below it), as
+/// function_graph, which cannot see them, does.
+pub fn trivial_leaf(words: &[u32]) -> bool {
+    for (i, &w) in words.iter().take(TRIVIAL_LEAF_WORDS).enumerate() {
+        let insn = decode(w, 4 * i as u64);
+        match insn.flow {
+            Flow::Ret(LR, _) => return true,
+            // (exception generation, SVC to DCPS3, falls through too)
+            Flow::Next if w & 0xff00_0000 != 0xd400_0000 => {}
+            _ => return false,
+        }
+    }
+    false
+}
+
 /// Functions that never return, which a function may end with a call of (GCC
 /// puts nothing after `BL __stack_chk_fail`): the names [`function_end`]'s
 /// `noreturn` is asked about.

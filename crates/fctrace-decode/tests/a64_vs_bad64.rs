@@ -474,6 +474,21 @@ fn image() -> Option<PathBuf> {
     })
 }
 
+/// Debian's arm64 image, its ftrace sites (`FCTRACE_A64_SITES`) and its text
+/// symbols (`FCTRACE_A64_SYMS`), as `cargo xtask test` lists them; `None`
+/// without them.
+fn image_sites_and_symbols() -> Option<(Vec<u8>, String, String)> {
+    let (img, sites, syms) = (
+        image()?,
+        std::env::var_os("FCTRACE_A64_SITES")?,
+        std::env::var_os("FCTRACE_A64_SYMS")?,
+    );
+    let data = std::fs::read(&img).unwrap_or_else(|e| panic!("{}: {e}", img.display()));
+    let read =
+        |p: &std::ffi::OsStr| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+    Some((data, read(&sites), read(&syms)))
+}
+
 #[test]
 fn every_word_of_debians_arm64_image() {
     let Some(path) = image() else {
@@ -568,18 +583,10 @@ use a64::NORETURN;
 
 #[test]
 fn call_sites_of_every_traceable_function() {
-    let (Some(img), Some(sites), Some(syms)) = (
-        image(),
-        std::env::var_os("FCTRACE_A64_SITES"),
-        std::env::var_os("FCTRACE_A64_SYMS"),
-    ) else {
+    let Some((data, sites, syms)) = image_sites_and_symbols() else {
         eprintln!("SKIP: no arm64 image, FCTRACE_A64_SITES or FCTRACE_A64_SYMS");
         return;
     };
-    let data = std::fs::read(&img).unwrap_or_else(|e| panic!("{}: {e}", img.display()));
-    let read =
-        |p: &std::ffi::OsStr| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
-    let (sites, syms) = (read(&sites), read(&syms));
     const KIMAGE_VADDR: u64 = 0xffff_8000_8000_0000;
     let end_of_image = KIMAGE_VADDR + data.len() as u64;
     let hex = |s: &str| u64::from_str_radix(s, 16).expect("a hex address");
@@ -661,6 +668,105 @@ fn call_sites_of_every_traceable_function() {
     assert!(n["functions"] >= 40_000, "only {n:?}");
     assert!(n["call"] >= 200_000, "only {n:?}");
     assert_eq!(n.get("indirect tail call"), None, "a BR is a JumpReg");
+}
+
+/// `a64::trivial_leaf()` on hand-made functions.
+#[test]
+fn trivial_leaves_by_hand() {
+    let (ret, nop, paciasp, autiasp) = (0xd65f_03c0, a64::NOP, 0xd503_233f, 0xd503_23bf);
+    let mrs_tpidr_el1 = 0xd538_d080; // MRS X0, TPIDR_EL1
+    let ldr = 0xf940_0000; // LDR X0, [X0]
+    let add = 0x9100_0400; // ADD X0, X0, #1
+    let bl = 0x9400_0010;
+    let b = 0x1400_0002;
+    let cbz = 0xb400_0040;
+    let svc = 0xd400_0001;
+    let hvc = 0xd400_0002;
+    let brk = 0xd420_0080;
+    let ret_x1 = 0xd65f_0020;
+    let retaa = 0xd65f_0bff;
+    for (words, want, what) in [
+        (
+            &[mrs_tpidr_el1, ret][..],
+            true,
+            "__kern_my_cpu_offset: MRS, RET",
+        ),
+        (&[ret], true, "RET alone"),
+        (&[ldr, add, nop, ret], true, "four words"),
+        (&[paciasp, ldr, autiasp, ret], true, "signed return"),
+        (&[ldr, retaa], true, "RETAA"),
+        (&[ldr, add, nop, nop, ret], false, "five words"),
+        (&[ldr, bl, ret], false, "a call"),
+        (&[b, ret], false, "a jump"),
+        (&[cbz, ret], false, "a conditional branch"),
+        (&[svc, ret], false, "a system call"),
+        (&[hvc, ret], false, "a hypervisor call"),
+        (&[brk, ret], false, "a breakpoint"),
+        (&[ldr, ret_x1], false, "a return to X1"),
+        (&[ldr, add], false, "no return"),
+        (&[], false, "no words"),
+    ] {
+        assert_eq!(a64::trivial_leaf(words), want, "{what}: {words:08x?}");
+    }
+}
+
+/// Debian's arm64 kernel (`FCTRACE_A64_SITES`, `FCTRACE_A64_SYMS`, as for
+/// `call_sites_of_every_traceable_function`): its functions without an ftrace
+/// site that `a64::trivial_leaf()` calls trivial, the outlined per-CPU offset
+/// among them, and none of the functions its kfree() path calls that do work.
+#[test]
+fn trivial_leaves_of_debians_arm64_kernel() {
+    let Some((data, sites, syms)) = image_sites_and_symbols() else {
+        eprintln!("SKIP: no arm64 image, FCTRACE_A64_SITES or FCTRACE_A64_SYMS");
+        return;
+    };
+    const KIMAGE_VADDR: u64 = 0xffff_8000_8000_0000;
+    let end_of_image = KIMAGE_VADDR + data.len() as u64;
+    let hex = |s: &str| u64::from_str_radix(s, 16).expect("a hex address");
+    let traceable: std::collections::HashSet<u64> = sites
+        .lines()
+        .map(|l| hex(l.split(' ').next().expect("FUNCTION SITE NAME")))
+        .collect();
+    let mut by_name = std::collections::HashMap::new();
+    let mut trivial = Vec::new();
+    for (a, name) in syms.lines().filter_map(|l| l.split_once(' ')) {
+        let a = hex(a);
+        if !(KIMAGE_VADDR..end_of_image - 16).contains(&a) {
+            continue;
+        }
+        let off = usize::try_from(a - KIMAGE_VADDR).expect("an offset");
+        let words: Vec<u32> = data[off..off + 16]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        let t = a64::trivial_leaf(&words);
+        by_name.insert(name, t);
+        if t && !traceable.contains(&a) {
+            trivial.push(name);
+        }
+    }
+    let untraceable = by_name.len().saturating_sub(traceable.len());
+    eprintln!(
+        "{} of about {} functions without an ftrace site are trivial leaves, e.g. {:?}",
+        trivial.len(),
+        untraceable,
+        &trivial[..trivial.len().min(8)]
+    );
+    assert_eq!(by_name.get("__kern_my_cpu_offset"), Some(&true));
+    // Functions that do work, which fctrace keeps probing.
+    for name in [
+        "__memcpy",
+        "__memset",
+        "strncpy_from_user",
+        "__arch_copy_to_user",
+    ] {
+        assert_eq!(by_name.get(name), Some(&false), "{name}");
+    }
+    assert!(
+        (300..5_000).contains(&trivial.len()),
+        "{} trivial leaves",
+        trivial.len()
+    );
 }
 
 /// `a64::function_end()` and `a64::call_site()` on hand-made functions.

@@ -121,6 +121,33 @@ fn direct(t: u64, sym: &mut SymBuf) -> Option<u64> {
     }
 }
 
+/// Whether a direct call of `callee` is left unprobed: a trivial leaf
+/// ([`a64::trivial_leaf`]: at most four instructions that run straight into a return)
+/// without an ftrace site. GCC outlines such helpers from every per-CPU access and
+/// preemption count update (`__kern_my_cpu_offset()`, reading `TPIDR_EL1`): probed at
+/// their call sites, they were a breakpoint trap for every task that ran an armed
+/// function's call of them (kfree() and kmem_cache_free() make several), for a line with
+/// nothing below it. function_graph cannot see them either; `stats` counts the calls left
+/// so (`trivial_calls_unprobed`).
+pub(super) fn trivial_callee(callee: u64, sym: &mut SymBuf) -> bool {
+    let Some(info) = sym.lookup(callee) else {
+        return false;
+    };
+    if info.offset != 0 || info.size == 0 || ftrace_site(callee).is_some() {
+        return false;
+    }
+    let mut code = [0u8; 4 * a64::TRIVIAL_LEAF_WORDS];
+    let len = (info.size as usize).min(code.len()) & !3;
+    if !read_kernel(callee, &mut code[..len]) {
+        return false;
+    }
+    let mut words = [0u32; a64::TRIVIAL_LEAF_WORDS];
+    for (w, b) in words.iter_mut().zip(code[..len].chunks_exact(4)) {
+        *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    }
+    a64::trivial_leaf(&words[..len / 4])
+}
+
 /// The ftrace site of the function whose first words are `code` (at `start`): the address
 /// ftrace records for it (after `BTI C` and the `NOP` that becomes `MOV X9, X30`).
 fn site_of(code: &[u8], start: u64) -> Option<u64> {
