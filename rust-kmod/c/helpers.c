@@ -198,6 +198,11 @@ void fctrace_set_dead_end(unsigned long addr)
 	WRITE_ONCE(fctrace_dead_end, addr);
 }
 
+bool fctrace_dead_end_known(void)
+{
+	return READ_ONCE(fctrace_dead_end) != 0;
+}
+
 void fctrace_return_lost(unsigned long retp)
 {
 	WARN_ONCE(1, "fctrace: a return through fctrace_return has no saved address: %s/%d killed\n",

@@ -175,6 +175,8 @@ void fctrace_irq_restore(unsigned long flags);
  * rewind_stack_and_make_dead(), found by name at load (0: not found).
  */
 void fctrace_set_dead_end(unsigned long addr);
+/* Whether fctrace_set_dead_end() was given an address. */
+bool fctrace_dead_end_known(void);
 /*
  * A return came through fctrace_return that fctrace has no address for: warns once, and
  * returns if the task can be made to die as after an oops (fctrace_return sends it to

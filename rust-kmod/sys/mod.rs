@@ -239,12 +239,8 @@ pub(crate) fn return_lost(retp: u64) {
     unsafe { bindings::fctrace_return_lost(retp as _) }
 }
 
-/// Where a task whose return has nowhere to go is sent, 0 while unknown.
-static DEAD_END: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
-
 /// Sets where a task whose return has nowhere to go is sent (`rewind_stack_and_make_dead`).
 pub(crate) fn set_dead_end(addr: u64) {
-    DEAD_END.store(addr, core::sync::atomic::Ordering::Relaxed);
     // SAFETY: stores one word that `fctrace_return` reads.
     unsafe { bindings::fctrace_set_dead_end(addr as _) }
 }
@@ -253,7 +249,8 @@ pub(crate) fn set_dead_end(addr: u64) {
 /// known).
 #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
 pub(crate) fn dead_end_known() -> bool {
-    DEAD_END.load(core::sync::atomic::Ordering::Relaxed) != 0
+    // SAFETY: reads the one word `set_dead_end` stores.
+    unsafe { bindings::fctrace_dead_end_known() }
 }
 
 // ---------------------------------------------------------------------------------------
