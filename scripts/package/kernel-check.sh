@@ -20,7 +20,11 @@ fctrace_check() {
 		echo "$fc_k has no CONFIG_RUST: fctrace needs a kernel built with Rust, such as Debian's 7.x kernels (trixie-backports)"
 		return 1
 	fi
-	for fc_o in KPROBES PREEMPT_COUNT RING_BUFFER X86_64; do
+	if ! grep -qE '^CONFIG_(X86_64|ARM64)=y' "$fc_cfg"; then
+		echo "$fc_k is for an architecture fctrace does not support (x86-64 and arm64 only)"
+		return 1
+	fi
+	for fc_o in KPROBES PREEMPT_COUNT RING_BUFFER; do
 		if ! grep -q "^CONFIG_$fc_o=y" "$fc_cfg"; then
 			echo "$fc_k has no CONFIG_$fc_o, which fctrace needs"
 			return 1

@@ -178,7 +178,9 @@ pub struct DebArgs {
     /// kernel without Rust has headers: refused in one line, nothing left; then with
     /// Debian's 7.3 kernel's headers: DKMS builds the module by itself), then run the
     /// selftests, installed by kselftest, with that module on Debian's kernel in the
-    /// guest (`run_kselftest.sh`)
+    /// guest (`run_kselftest.sh`). With `--profile debian-arm64`: the package's DKMS build
+    /// step for Debian's arm64 kernel, cross-compiling in the arm64 root, then the
+    /// selftests with that module on the arm64 kernel
     #[arg(long)]
     pub check: bool,
     /// With --check: run the selftests in N guests side by side
@@ -285,6 +287,69 @@ done
 say "purged: nothing left"
 "#;
 
+/// What the arm64 check runs in the arm64 root, where Debian's arm64 kernel's headers
+/// are unpacked: the package unpacked as dpkg unpacks it, the kernel checked as its
+/// maintainer scripts check one, DKMS's architecture test, and its `MAKE` step
+/// (`dkms-build`) as DKMS runs it on an arm64 machine, but cross-compiling (`ARCH` and
+/// `CROSS_COMPILE` reach its `make`s through the environment). `@..@` as in
+/// [`CHECK_SCRIPT`].
+const ARM64_CHECK_SCRIPT: &str = r#"
+say() { echo "deb-check: $*"; }
+bad() { echo "deb-check: FAILED: $*"; exit 1; }
+k=@ABI@
+w=/tmp/fctrace-pkgcheck
+rm -rf $w
+mkdir -p $w/out
+dpkg-deb -x /tmp/@DEB@ $w/pkg
+src=$w/pkg/usr/src/fctrace-@VERSION@
+arch=$(sed -n 's/^BUILD_EXCLUSIVE_ARCH="\(.*\)"$/\1/p' $src/dkms.conf)
+echo aarch64 | grep -Eq "$arch" || bad "dkms.conf builds only for $arch"
+# DKMS finds a kernel's headers at /lib/modules/K/build.
+mkdir -p /lib/modules/$k
+ln -sfn /kernel/$k/usr/src/linux-headers-$k /lib/modules/$k/build
+. $src/kernel-check.sh
+why=$(fctrace_check $k) || bad "fctrace_check $k: $why"
+say "kernel check: $k can have the module"
+# DKMS builds in a copy of the source.
+cp -a $src $w/build
+cd $w/build
+t0=$(date +%s)
+ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu- sh ./dkms-build $k >$w/build.log 2>&1 ||
+    { tail -n 40 $w/build.log; bad "dkms-build $k failed"; }
+grep '^fctrace:' $w/build.log | sed 's/^/deb-check:   /' || true
+say "dkms-build $k took $(($(date +%s) - t0)) s"
+ko=rust-kmod/fctrace.ko
+[ -f $ko ] || bad "dkms-build made no $ko"
+readelf -h $ko | grep -q 'Machine: *AArch64' || bad "$ko is not for arm64: $(readelf -h $ko | grep Machine)"
+modinfo -F vermagic $ko | grep -q "^$k " || bad "$ko: vermagic $(modinfo -F vermagic $ko)"
+cp $ko $w/out/
+say "built: $ko, vermagic $(modinfo -F vermagic $ko)"
+"#;
+
+/// `deb --check` with `--profile debian-arm64`: the package built, as DKMS builds it,
+/// for Debian's arm64 kernel ([`ARM64_CHECK_SCRIPT`]), then the selftests with that
+/// module on the kernel under QEMU. (The amd64 check's install, refusal and removal
+/// steps do not depend on the architecture.)
+fn check_arm64(deb: &Path, args: DebArgs) -> Result<i32> {
+    crate::setup::ensure()?;
+    crate::debian::kdir()?;
+    let version = version()?;
+    let name = deb.file_name().ok_or("no file name")?.to_string_lossy();
+    let root = crate::debian::root();
+    fs::copy(deb, root.join(format!("tmp/{name}")))?;
+    let script = ARM64_CHECK_SCRIPT
+        .replace("@DEB@", &name)
+        .replace("@VERSION@", &version)
+        .replace("@ABI@", crate::debian::target().abi);
+    let started = std::time::Instant::now();
+    if !run_check(&root, &script, "for arm64", started)? {
+        return Ok(1);
+    }
+    let ko = out_dir().join("fctrace-dkms.ko");
+    fs::copy(root.join("tmp/fctrace-pkgcheck/out/fctrace.ko"), &ko)?;
+    selftests_with(&ko, args, started)
+}
+
 /// [`CHECK_SCRIPT`] for this package and Debian's kernel.
 fn check_script(deb: &str, version: &str) -> String {
     use crate::debian::{ABI, KERNEL_VERSION, SERIES};
@@ -318,6 +383,9 @@ pub fn cmd(args: DebArgs) -> Result<i32> {
     if !crate::setup::is_root() {
         bail!("deb --check makes Debian roots with debootstrap and chroot: run as root");
     }
+    if crate::kernel::is_arm64() {
+        return check_arm64(&deb, args);
+    }
     crate::kernel::set_profile(crate::kernel::Profile::Debian);
     crate::setup::ensure()?;
     let version = version()?;
@@ -325,17 +393,12 @@ pub fn cmd(args: DebArgs) -> Result<i32> {
     let root = fresh_root()?;
     fs::copy(&deb, root.join(format!("tmp/{name}")))?;
     let started = std::time::Instant::now();
-    let ok = crate::debian::in_dir(&root, &check_script(&name, &version))
-        .unchecked()
-        .run()?
-        .status
-        .success();
-    note(format!(
-        "package check in the fresh root: {} ({} s)",
-        if ok { "passed" } else { "FAILED" },
-        started.elapsed().as_secs()
-    ));
-    if !ok {
+    if !run_check(
+        &root,
+        &check_script(&name, &version),
+        "in the fresh root",
+        started,
+    )? {
         return Ok(1);
     }
     let built = fs::read_dir(root.join("tmp/out"))?
@@ -349,10 +412,42 @@ pub fn cmd(args: DebArgs) -> Result<i32> {
     } else {
         fs::write(&ko, data)?;
     }
-    crate::module::set_prebuilt(&ko);
-    crate::initramfs::set_kselftest(&crate::debian::kselftest_install()?);
+    selftests_with(&ko, args, started)
+}
+
+/// Runs the package check `script` in `root`; says whether it passed (`what`: where, for
+/// the note), and how long since `started`.
+fn run_check(root: &Path, script: &str, what: &str, started: std::time::Instant) -> Result<bool> {
+    let ok = crate::debian::in_dir(root, script)
+        .unchecked()
+        .run()?
+        .status
+        .success();
     note(format!(
-        "the selftests, as kselftest installed them, with {} (DKMS's) on Debian's kernel",
+        "package check {what}: {} ({} s)",
+        if ok { "passed" } else { "FAILED" },
+        started.elapsed().as_secs()
+    ));
+    Ok(ok)
+}
+
+/// The selftests with the package's module `ko` on Debian's kernel (the check began at
+/// `started`: its budget counts from there): on amd64 as kselftest installs them; on
+/// arm64 as the profile runs them (the arm64 root has no C library for the workloads
+/// that kselftest's make would build; the profile builds them on the host).
+fn selftests_with(ko: &Path, args: DebArgs, started: std::time::Instant) -> Result<i32> {
+    crate::module::set_prebuilt(ko);
+    let kselftest = !crate::kernel::is_arm64();
+    if kselftest {
+        crate::initramfs::set_kselftest(&crate::debian::kselftest_install()?);
+    }
+    note(format!(
+        "the selftests{}, with {} (DKMS's) on Debian's kernel",
+        if kselftest {
+            ", as kselftest installed them"
+        } else {
+            ""
+        },
         ko.display()
     ));
     crate::test::cmd(crate::test::TestArgs {
@@ -364,9 +459,10 @@ pub fn cmd(args: DebArgs) -> Result<i32> {
             b.saturating_sub(started.elapsed())
                 .max(std::time::Duration::from_secs(60))
         }),
-        model: Some(args.model),
+        // (The CPU matrix is x86-64's.)
+        model: (!crate::kernel::is_arm64()).then_some(args.model),
         vm: args.vm,
         rotate: None,
-        kselftest: true,
+        kselftest,
     })
 }
