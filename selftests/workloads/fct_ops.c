@@ -210,10 +210,18 @@ int main(int argc, char **argv)
 		int fd = open(file, O_WRONLY);
 		size_t len = strlen(argv[3]);
 
+		ssize_t n;
+
 		if (fd < 0)
 			return 1;
 		gate();
-		return write(fd, argv[3], len) != (ssize_t)len;
+		n = write(fd, argv[3], len);
+		if (n == (ssize_t)len)
+			return 0;
+		/* what went wrong, for the test's log: the traced write's result */
+		fprintf(stderr, "fct_ops: put: write(%s, %zu bytes) returned %zd (%s)\n",
+			file, len, n, n < 0 ? strerror(errno) : "short");
+		return 1;
 	}
 	if (!strcmp(op, "tcp")) {
 		struct sockaddr_in a = { .sin_family = AF_INET };
