@@ -143,7 +143,8 @@ impl Tracer {
     /// `ours` when fctrace hooked that frame's return (the frame is live: this is a tail
     /// call from it, or the call its call-site probe drew), else the real return address
     /// behind any other tracer's return hooks.
-    fn entry_return(&self, entry_sp: u64, word: u64) -> (Option<u64>, u64) {
+    /// `other_key`: how those other hooks know the frame ([`other_hooks_key`]).
+    fn entry_return(&self, entry_sp: u64, word: u64, other_key: u64) -> (Option<u64>, u64) {
         // Our own hooked word (function_graph may have replaced our address in turn): the
         // frame entered at this stack pointer, whose return fctrace hooked, is live. A
         // call-site probe made this call (that frame is this function's), or that frame's
@@ -162,9 +163,9 @@ impl Tracer {
                     break;
                 }
                 let saved = if ret == self.ret_hooks.rethook() {
-                    sys::rethook_saved_ret(entry_sp, ret)
+                    sys::rethook_saved_ret(other_key, ret)
                 } else {
-                    graph_saved_ret(entry_sp, self.ret_hooks.graph_handler())
+                    graph_saved_ret(other_key, self.ret_hooks.graph_handler())
                 };
                 match saved {
                     Some(s) => ret = s,
@@ -287,7 +288,7 @@ impl Tracer {
             return 0;
         };
         let rec = self.recorder_at(&cur, regs);
-        let (ours, ret) = self.entry_return(entry_sp, word);
+        let (ours, ret) = self.entry_return(entry_sp, word, other_hooks_key(entry_sp, regs));
         let Some((site, tail, site_sp, indirect)) =
             self.entry_site(e, &mut d, &rec, entry_sp, ours, ret, expect, regs.fp())
         else {
@@ -383,6 +384,21 @@ impl Tracer {
             },
         }
         0
+    }
+}
+
+/// How function_graph and rethooks (kretprobes, fprobes' exits) know the frame entered with
+/// `regs`, whose return fctrace keys by `entry_sp`: on x86-64 by where its return address
+/// sits, `entry_sp` itself; on arm64 by the frame pointer at the entry (arm64's
+/// `ftrace_graph_func()` saves it as the entry's `retp`, and its rethooks keep `x29` as
+/// their frame). Looked up by `entry_sp` there, no saved address was ever found: the call
+/// could not be checked, and after a call drawn as a leaf its siblings were taken for
+/// that call again, and left out.
+fn other_hooks_key(entry_sp: u64, regs: &sys::PtRegs) -> u64 {
+    if cfg!(target_arch = "aarch64") {
+        regs.fp()
+    } else {
+        entry_sp
     }
 }
 
