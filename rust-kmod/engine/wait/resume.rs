@@ -12,8 +12,8 @@
 //! The trampoline saves what C may change, waits, puts every register back and runs into
 //! `fctrace_bp_resume`, a `NOP` that carries the resume probe, registered from the start
 //! of tracing until no task can be on its way there: its handler takes the address back
-//! and sends the task there, with every register as the breakpoint found it. The probed instruction then runs again, and
-//! its probe finds the callee armed.
+//! and sends the task there, with every register as the breakpoint found it. The probed
+//! instruction then runs again, and its probe finds the callee armed.
 //!
 //! A task without a kept address at the resume probe (none is, or kprobes was disabled
 //! while it waited and it ran past the probe) has nowhere to go: as a return fctrace
