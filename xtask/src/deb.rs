@@ -201,11 +201,16 @@ pub struct DebArgs {
     pub vm: crate::vm::VmOpts,
 }
 
-/// What the package check runs in the fresh root. `@..@` are filled in by
-/// [`check_script`]; each expectation that fails ends it with `deb-check: FAILED: ..`.
-const CHECK_SCRIPT: &str = r#"
+/// The shell helpers both package checks use ([`run_check`] puts them first): `say`
+/// reports a step, `bad` ends the check with `deb-check: FAILED: ..`.
+const CHECK_HELPERS: &str = r#"
 say() { echo "deb-check: $*"; }
 bad() { echo "deb-check: FAILED: $*"; exit 1; }
+"#;
+
+/// What the package check runs in the fresh root. `@..@` are filled in by
+/// [`check_script`]; each expectation that fails ends it with `bad`.
+const CHECK_SCRIPT: &str = r#"
 deb=/tmp/@DEB@
 apt-get update -q >/dev/null
 apt-get install -y -q --no-install-recommends linux-headers-amd64 man-db >/dev/null
@@ -294,8 +299,6 @@ say "purged: nothing left"
 /// `CROSS_COMPILE` reach its `make`s through the environment). `@..@` as in
 /// [`CHECK_SCRIPT`].
 const ARM64_CHECK_SCRIPT: &str = r#"
-say() { echo "deb-check: $*"; }
-bad() { echo "deb-check: FAILED: $*"; exit 1; }
 k=@ABI@
 w=/tmp/fctrace-pkgcheck
 rm -rf $w
@@ -418,7 +421,7 @@ pub fn cmd(args: DebArgs) -> Result<i32> {
 /// Runs the package check `script` in `root`; says whether it passed (`what`: where, for
 /// the note), and how long since `started`.
 fn run_check(root: &Path, script: &str, what: &str, started: std::time::Instant) -> Result<bool> {
-    let ok = crate::debian::in_dir(root, script)
+    let ok = crate::debian::in_dir(root, &format!("{CHECK_HELPERS}{script}"))
         .unchecked()
         .run()?
         .status
