@@ -481,6 +481,10 @@ fn branch_reg(word: u32) -> Insn {
     }
 }
 
+/// The encoding of `BRK #0x004` (`KPROBES_BRK_IMM`): the breakpoint a
+/// kprobe puts on the instruction it probes.
+pub const KPROBE_BRK: u32 = 0xd420_0080;
+
 /// Where a function's ftrace site is, the address ftrace records for it
 /// (`ftrace_call_adjust()`): the `NOP` that becomes `BL <trampoline>`.
 ///
@@ -490,10 +494,24 @@ fn branch_reg(word: u32) -> Insn {
 /// the ops pointer), after a `BTI C` when the kernel has BTI. The first
 /// becomes `MOV X9, X30` once ftrace has initialised the site, the second a
 /// `BL`. Returns `None` if the words are not such a site.
+///
+/// A kprobe on the function (a kprobe event, a kretprobe) puts its `BRK`
+/// on the first word (arm64 has no `KPROBES_ON_FTRACE`), which hides what
+/// was there: the site's first word, or `BTI C`. The words after it tell
+/// which; where both fit (`NOP`, then `NOP` or `BL`), `None`.
 pub fn ftrace_site(entry: [u32; 3], addr: u64) -> Option<u64> {
     let first = |w: u32| w == NOP || w == MOV_X9_LR;
     let second = |w: u32, at: u64| w == NOP || matches!(decode(w, at).flow, Flow::Call(_));
     let [a, b, c] = entry;
+    if a == KPROBE_BRK {
+        let plain = second(b, addr.wrapping_add(4));
+        let after_bti = first(b) && second(c, addr.wrapping_add(8));
+        return match (plain, after_bti) {
+            (true, false) => Some(addr.wrapping_add(4)),
+            (false, true) => Some(addr.wrapping_add(8)),
+            _ => None,
+        };
+    }
     if first(a) && second(b, addr.wrapping_add(4)) {
         return Some(addr.wrapping_add(4));
     }

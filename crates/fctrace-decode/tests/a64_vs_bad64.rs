@@ -458,6 +458,19 @@ fn ftrace_sites() {
     );
     assert_eq!(a64::ftrace_site([a64::NOP, 0x1400_0010, 0], f), None);
     assert_eq!(a64::ftrace_site([bti_c, paciasp, a64::NOP], f), None);
+    // A kprobe's BRK on the first word: the site's first word, or BTI C.
+    let brk = a64::KPROBE_BRK;
+    assert_eq!(a64::ftrace_site([brk, a64::NOP, paciasp], f), Some(f + 4));
+    assert_eq!(a64::ftrace_site([brk, bl, paciasp], f), Some(f + 4));
+    assert_eq!(a64::ftrace_site([brk, a64::MOV_X9_LR, bl], f), Some(f + 8));
+    assert_eq!(
+        a64::ftrace_site([brk, a64::MOV_X9_LR, a64::NOP], f),
+        Some(f + 8)
+    );
+    // (Either: a site after BTI C, or a body that starts with NOP.)
+    assert_eq!(a64::ftrace_site([brk, a64::NOP, a64::NOP], f), None);
+    // A probed function without a site.
+    assert_eq!(a64::ftrace_site([brk, 0xa9bf_7bfd, 0x9100_03fd], f), None);
 }
 
 fn image() -> Option<PathBuf> {
@@ -554,6 +567,7 @@ fn ftrace_site_of_every_traceable_function() {
         u32::from_le_bytes(data[off..off + 4].try_into().expect("4 bytes"))
     };
     let (mut n, mut after_bti, mut wrong) = (0, 0, Vec::new());
+    let mut unknown_probed = 0usize;
     for l in text.lines() {
         let f: Vec<&str> = l.split(' ').collect();
         let hex = |s: &str| u64::from_str_radix(s, 16).expect("a hex address");
@@ -564,6 +578,16 @@ fn ftrace_site_of_every_traceable_function() {
             wrong.push(format!(
                 "{name} at {func:#x}: site {site:#x}, decoder {got:x?}"
             ));
+        }
+        // With a kprobe on the function (its BRK on the first word): the same
+        // site, or none where the words after it do not tell.
+        let probed = a64::ftrace_site([a64::KPROBE_BRK, entry[1], entry[2]], func);
+        match probed {
+            None => unknown_probed += 1,
+            Some(s) if s == site => {}
+            Some(s) => wrong.push(format!(
+                "{name} at {func:#x} with a kprobe: site {site:#x}, decoder {s:#x}"
+            )),
         }
         after_bti += usize::from(site == func + 8);
         n += 1;
@@ -577,7 +601,13 @@ fn ftrace_site_of_every_traceable_function() {
     // Tens of thousands of traceable functions; this kernel has no BTI.
     assert!(n >= 20_000, "only {n} ftrace sites in {sites:?}");
     assert_eq!(after_bti, 0, "sites after a BTI C in a kernel without BTI");
-    eprintln!("{n} ftrace sites agree");
+    // A kprobe on a function hides its ftrace site only where the body
+    // starts with NOP (an alternative's place).
+    assert!(
+        unknown_probed * 100 <= n,
+        "{unknown_probed} of {n} sites not found under a kprobe"
+    );
+    eprintln!("{n} ftrace sites agree; {unknown_probed} not found under a kprobe");
 }
 
 /// Every traceable function of Debian's arm64 kernel (`FCTRACE_A64_SITES`),
