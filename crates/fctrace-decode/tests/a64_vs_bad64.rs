@@ -954,3 +954,109 @@ fn branch_conditions() {
     assert_eq!(test(0x5400_0081).holds(1 << 30, |_| 0), Some(false));
     assert_eq!(test(0x5400_0080).holds(1 << 30, |_| 0), Some(true));
 }
+
+#[test]
+fn loaded_addresses() {
+    let f = 0xffff_8000_8043_c258u64;
+    let mut got = Vec::new();
+    // folio_add_lru() on Debian's arm64 7.3.4: lru_add() for
+    // folio_batch_move_lru(), and a per-CPU variable, the two interleaved.
+    let words = [
+        0xf0ff_ffe2,
+        0xf001_2e20,
+        0x912d_e042,
+        0x911e_c000,
+        0x97ff_fa80,
+    ];
+    a64::loaded_addresses(&words, f, |a| got.push(a));
+    assert_eq!(got, [0xffff_8000_8043_bb78, 0xffff_8000_82a0_37b0]);
+    // One ADRP, two ADDs from it; the page forgotten once its register is
+    // written (here by a load into it) and at a call for X0 to X18.
+    got.clear();
+    let words = [
+        0x9000_0013, // adrp x19, .
+        0x9000_0001, // adrp x1, .
+        0x9100_4260, // add x0, x19, #0x10
+        0x9100_8262, // add x2, x19, #0x20
+        0x9400_0000, // bl .
+        0x9100_c023, // add x3, x1, #0x30 (x1 gone with the call)
+        0x9100_c263, // add x3, x19, #0x30 (x19 kept)
+        0xf940_0273, // ldr x19, [x19]
+        0x9100_4264, // add x4, x19, #0x10 (x19 written)
+        0x1000_0085, // adr x5, .+0x10
+    ];
+    a64::loaded_addresses(&words, f & !0xfff, |a| got.push(a));
+    let p = f & !0xfff;
+    assert_eq!(got, [p + 0x10, p + 0x20, p + 0x30, p + 9 * 4 + 0x10]);
+    // ADD with its immediate shifted by 12.
+    got.clear();
+    a64::loaded_addresses(&[0x9000_0001, 0x9140_0422], p, |a| got.push(a));
+    assert_eq!(got, [p + 0x1000]);
+}
+
+/// On Debian's arm64 image: the functions whose address `folio_add_lru()` and
+/// `lru_add_drain_cpu()` load include `lru_add()` (`trace/fn_pointers.tc`), and
+/// over every traceable function, the loaded addresses that are function
+/// starts are counted.
+#[test]
+fn loaded_addresses_of_debians_arm64_image() {
+    let Some((data, sites, syms)) = image_sites_and_symbols() else {
+        return;
+    };
+    const KIMAGE_VADDR: u64 = 0xffff_8000_8000_0000;
+    let mut starts = std::collections::HashMap::new();
+    let mut text: Vec<u64> = Vec::new();
+    for l in syms.lines() {
+        let mut it = l.split(' ');
+        let (Some(a), Some(n)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let a = u64::from_str_radix(a, 16).expect("a hex address");
+        starts.insert(a, n.to_string());
+        text.push(a);
+    }
+    text.sort_unstable();
+    let words_of = |func: u64| -> Vec<u32> {
+        let i = text.partition_point(|&a| a <= func);
+        let end = text.get(i).copied().unwrap_or(func + 4).min(func + 0x4000);
+        let off = usize::try_from(func - KIMAGE_VADDR).expect("an offset");
+        let len = usize::try_from(end - func).expect("a size") & !3;
+        data[off..off + len]
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect()
+    };
+    let by_name = |name: &str| -> u64 {
+        *starts
+            .iter()
+            .find(|(_, n)| n.as_str() == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+            .0
+    };
+    let lru_add = by_name("lru_add");
+    for caller in ["folio_add_lru", "lru_add_drain_cpu"] {
+        let f = by_name(caller);
+        let mut got = Vec::new();
+        a64::loaded_addresses(&words_of(f), f, |a| got.push(a));
+        assert!(
+            got.contains(&lru_add),
+            "{caller} does not load lru_add: {got:x?}"
+        );
+    }
+    let (mut funcs, mut loads, mut loading) = (0usize, 0usize, 0usize);
+    for l in sites.lines() {
+        let func = u64::from_str_radix(l.split(' ').next().expect("a field"), 16).expect("hex");
+        let mut n = 0;
+        a64::loaded_addresses(&words_of(func), func, |a| {
+            n += usize::from(starts.contains_key(&a))
+        });
+        funcs += 1;
+        loads += n;
+        loading += usize::from(n > 0);
+    }
+    eprintln!("{loads} loads of function starts in {loading} of {funcs} traceable functions");
+    assert!(
+        loading > 100,
+        "only {loading} functions load a function's address"
+    );
+}

@@ -15,6 +15,7 @@ use crate::engine::site::{SiteKind, Target};
 use crate::ksym::SymBuf;
 use crate::record::Reason;
 use core::cell::RefCell;
+use kernel::prelude::*;
 
 /// The bytes of an A64 instruction.
 pub(crate) const INSN_LEN: u8 = 4;
@@ -111,6 +112,34 @@ pub(super) fn is_leaf(code: &[u8], start: u64, size: u64, sym: &mut SymBuf) -> b
     let mut sites = 0usize;
     scan_sites(code, start, size, sym, |_, _| sites += 1).is_ok() && sites == 0
 }
+
+/// The addresses the function at `start`, whose live code up to `end` is `code`, loads
+/// into registers ([`a64::loaded_addresses`]): `finish_func()` keeps those that are
+/// function starts in the kernel's text. At most [`MAX_LOADED`]; none without memory.
+pub(super) fn loaded_addresses(code: &[u8], start: u64, end: u64) -> KVec<u64> {
+    let len = usize::try_from(end.saturating_sub(start)).map_or(0, |n| n.min(code.len()) / 4);
+    let mut words: KVec<u32> = KVec::new();
+    if words.reserve(len, GFP_KERNEL).is_err() {
+        return KVec::new();
+    }
+    for b in code.chunks_exact(4).take(len) {
+        // Room was reserved: this does not allocate.
+        let _ = words.push(u32::from_le_bytes([b[0], b[1], b[2], b[3]]), GFP_KERNEL);
+    }
+    let mut out: KVec<u64> = KVec::new();
+    if out.reserve(MAX_LOADED, GFP_KERNEL).is_err() {
+        return out;
+    }
+    a64::loaded_addresses(&words, start, |a| {
+        if out.len() < MAX_LOADED && !out.contains(&a) {
+            let _ = out.push(a, GFP_KERNEL);
+        }
+    });
+    out
+}
+
+/// The most addresses [`loaded_addresses`] gives for one function.
+const MAX_LOADED: usize = 64;
 
 /// A direct call or branch to `t`: the callee, or `None` for a call of instrumentation
 /// (not probed, not shown), as on x86-64.

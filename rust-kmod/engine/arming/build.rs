@@ -710,6 +710,9 @@ impl Tracer {
         if full {
             return Err(Reason::ArmFailed);
         }
+        // The function starts it loads the address of: function pointers it passes on,
+        // armed ahead with it (`Func::fixed_callees`, as on x86-64).
+        let fixed = super::arm64::loaded_addresses(&code, start, end);
         let mut leaf_callees: KVec<u64> = KVec::new();
         let n = self.hook_direct_callees(
             inner,
@@ -753,6 +756,6 @@ impl Tracer {
                 .push(Probe::at(data.addr, data), GFP_KERNEL)
                 .map_err(|_| Reason::ArmFailed)?;
         }
-        self.finish_func(inner, sites, end, (0, 0), &callees, &[], sym)
+        self.finish_func(inner, sites, end, (0, 0), &callees, &fixed, sym)
     }
 }
