@@ -604,6 +604,122 @@ pub fn loaded_addresses(words: &[u32], start: u64, mut f: impl FnMut(u64)) {
     }
 }
 
+/// Where an indirect call's target was loaded from ([`call_slot`]): register
+/// `base` at the call plus `disp`; then, if `then`, the word there plus `then`
+/// (a table reached through a pointer: `p->sched_class->select_task_rq`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    /// The base register, as it is at the call.
+    pub base: Reg,
+    /// Added to it.
+    pub disp: u64,
+    /// The displacement into the word loaded from there, if one load further.
+    pub then: Option<u64>,
+}
+
+/// `LDR Xt, [Xn, #imm]` (unsigned offset, 64-bit): `(t, n, imm)`.
+fn ldr_x(w: u32) -> Option<(Reg, Reg, u64)> {
+    (w & 0xffc0_0000 == 0xf940_0000).then(|| {
+        let (t, n) = ((w & 31) as Reg, ((w >> 5) & 31) as Reg);
+        (t, n, u64::from((w >> 10) & 0xfff) * 8)
+    })
+}
+
+/// The registers (a bit each, `X0` to `X30`) the instruction `w`, which falls
+/// through, may write: its destination field, and for loads and stores the
+/// register each writes (none for a store but its base with write-back, two
+/// for a pair). Where it cannot tell, more.
+fn writes(w: u32) -> u32 {
+    let bit = |r: u32| if r < 31 { 1u32 << r } else { 0 };
+    let (rt, rn, rt2) = (w & 31, (w >> 5) & 31, (w >> 10) & 31);
+    // The loads and stores: op0 `x1x0`.
+    if w & 0x0a00_0000 != 0x0800_0000 {
+        return bit(rt);
+    }
+    let class = (w >> 27) & 7;
+    let simd = w & (1 << 26) != 0;
+    let load = w & (1 << 22) != 0;
+    match class {
+        // Pairs: post-index, offset, pre-index (bits 24-23: 01, 10, 11).
+        0b101 => {
+            let back = matches!((w >> 23) & 3, 1 | 3);
+            let regs = if load && !simd { bit(rt) | bit(rt2) } else { 0 };
+            regs | if back { bit(rn) } else { 0 }
+        }
+        // Single registers: unsigned offset (bit 24), else by bits 11-10 (01
+        // post-index, 11 pre-index write back; register offset has bit 21).
+        0b111 => {
+            let back = w & (1 << 24) == 0 && w & (1 << 21) == 0 && (w >> 10) & 1 == 1;
+            let regs = if load && !simd { bit(rt) } else { 0 };
+            regs | if back { bit(rn) } else { 0 }
+        }
+        // Literal loads, exclusives and atomics: `Rt` (and the status
+        // register of a store-exclusive, in bits 16-20).
+        _ => bit(rt) | bit((w >> 16) & 31),
+    }
+}
+
+/// Where the target of the indirect call `BLR X{target}` at `words[site]` was
+/// loaded from, by the instructions before it (at most 32, back to the last
+/// call or unconditional branch): the last write of the register (through `MOV`
+/// copies) is a 64-bit load `LDR Xt, [Xn, #imm]`, and `Xn` is not written
+/// between it and the call: `Xn + imm` at the call. A load whose base is
+/// written after it (or is the register it loads) is followed one level
+/// further, if that base's own last write is such a load from a register
+/// kept: the slot of the ops table the call goes through, found from the
+/// registers at the call (the handler checks the word there is the target
+/// before it trusts it). `None` otherwise, and for loads from the stack.
+pub fn call_slot(words: &[u32], site: usize, target: Reg) -> Option<Slot> {
+    let bit = |r: Reg| if r < 31 { 1u32 << r } else { 0 };
+    let lo = site.saturating_sub(32);
+    // The last write of `r` before `end` (with the registers written from it on):
+    // a load's `(index, base, imm, written)`.
+    let last_load = |mut r: Reg, end: usize, mut written: u32| {
+        for i in (lo..end).rev() {
+            let w = *words.get(i)?;
+            // (A conditional branch writes no register; the path may have come in
+            // through another branch, which the handler's check of the slot catches.)
+            match decode(w, 0).flow {
+                Flow::Branch(..) => continue,
+                Flow::Next => {}
+                _ => return None,
+            }
+            let wr = writes(w);
+            if let Some((_, n, imm)) = ldr_x(w).filter(|&(t, ..)| t == r) {
+                return Some((i, n, imm, written | wr));
+            }
+            // MOV Xd, Xm (ORR Xd, XZR, Xm).
+            if w & 0xffe0_ffe0 == 0xaa00_03e0 && (w & 31) as Reg == r {
+                written |= wr;
+                r = ((w >> 16) & 31) as Reg;
+                continue;
+            }
+            if wr & bit(r) != 0 {
+                return None;
+            }
+            written |= wr;
+        }
+        None
+    };
+    let (i, base, disp, written) = last_load(target, site, 0)?;
+    if base == 31 {
+        return None;
+    }
+    if written & bit(base) == 0 {
+        return Some(Slot {
+            base,
+            disp,
+            then: None,
+        });
+    }
+    let (_, base2, disp2, written2) = last_load(base, i, written)?;
+    (base2 != 31 && written2 & bit(base2) == 0).then_some(Slot {
+        base: base2,
+        disp: disp2,
+        then: Some(disp),
+    })
+}
+
 /// The most instructions, its return included, of a function [`trivial_leaf`]
 /// calls trivial.
 pub const TRIVIAL_LEAF_WORDS: usize = 4;

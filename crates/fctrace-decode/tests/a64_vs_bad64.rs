@@ -1044,19 +1044,92 @@ fn loaded_addresses_of_debians_arm64_image() {
         );
     }
     let (mut funcs, mut loads, mut loading) = (0usize, 0usize, 0usize);
+    let (mut blrs, mut slots, mut deeper) = (0usize, 0usize, 0usize);
     for l in sites.lines() {
         let func = u64::from_str_radix(l.split(' ').next().expect("a field"), 16).expect("hex");
+        let words = words_of(func);
         let mut n = 0;
-        a64::loaded_addresses(&words_of(func), func, |a| {
-            n += usize::from(starts.contains_key(&a))
-        });
+        a64::loaded_addresses(&words, func, |a| n += usize::from(starts.contains_key(&a)));
         funcs += 1;
         loads += n;
         loading += usize::from(n > 0);
+        // And where each call through a register got its target (call_slot).
+        for (i, &w) in words.iter().enumerate() {
+            if let a64::Flow::CallReg(r, a64::Pac::None) = a64::decode(w, 0).flow {
+                blrs += 1;
+                if let Some(s) = a64::call_slot(&words, i, r) {
+                    slots += 1;
+                    deeper += usize::from(s.then.is_some());
+                }
+            }
+        }
     }
     eprintln!("{loads} loads of function starts in {loading} of {funcs} traceable functions");
+    eprintln!("{slots} of {blrs} calls through a register: slot found ({deeper} one load further)");
     assert!(
         loading > 100,
         "only {loading} functions load a function's address"
     );
+    assert!(
+        slots * 2 > blrs,
+        "slots found for only {slots} of {blrs} BLRs"
+    );
+}
+
+#[test]
+fn call_slots() {
+    // vfs_read() on Debian's arm64 7.3.4: `file->f_op->read(file, ...)`, with
+    // `file` in x20: the slot is f_op (x20 + 8) plus 24, though x2, which held
+    // f_op, is an argument at the call.
+    let words = [
+        0x9340_7c16, // sxtw x22, w0
+        0x3500_04e0, // cbnz w0, ...
+        0xf940_0682, // ldr x2, [x20, #8]
+        0xb274_4be0, // mov x0, #0x7ffff000
+        0xeb00_027f, // cmp x19, x0
+        0x9a80_9273, // csel x19, x19, x0, ls
+        0xf940_0c44, // ldr x4, [x2, #24]
+        0xb400_07e4, // cbz x4, ...
+        0xaa17_03e3, // mov x3, x23
+        0xaa13_03e2, // mov x2, x19
+        0xaa15_03e1, // mov x1, x21
+        0xaa14_03e0, // mov x0, x20
+        0xd63f_0080, // blr x4
+    ];
+    let slot = a64::Slot {
+        base: 20,
+        disp: 8,
+        then: Some(24),
+    };
+    assert_eq!(a64::call_slot(&words, 12, 4), Some(slot));
+    // The same with f_op kept in x2: one load.
+    let kept = [0xf940_0c44, 0xaa13_03e3, 0xd63f_0080];
+    let slot = a64::Slot {
+        base: 2,
+        disp: 24,
+        then: None,
+    };
+    assert_eq!(a64::call_slot(&kept, 2, 4), Some(slot));
+    // Through a MOV copy.
+    let copied = [0xf940_0c44, 0xaa04_03e5, 0xd63f_00a0]; // mov x5, x4; blr x5
+    assert_eq!(a64::call_slot(&copied, 2, 5), Some(slot));
+    // A stack slot, a base loaded from the stack, a call or an unconditional
+    // branch in between, a target computed: none.
+    let stack = [0xf940_0fe4, 0xd63f_0080]; // ldr x4, [sp, #24]
+    assert_eq!(a64::call_slot(&stack, 1, 4), None);
+    let base_from_stack = [0xf940_07e2, 0xf940_0c42, 0xd63f_0040]; // ldr x2, [sp, #8]; ldr x2, [x2, #24]
+    assert_eq!(a64::call_slot(&base_from_stack, 2, 2), None);
+    let call = [0xf940_0c44, 0x9400_0000, 0xd63f_0080];
+    assert_eq!(a64::call_slot(&call, 2, 4), None);
+    let jump = [0xf940_0c44, 0x1400_0002, 0xd63f_0080];
+    assert_eq!(a64::call_slot(&jump, 2, 4), None);
+    let computed = [0xf940_0c44, 0x9100_2084, 0xd63f_0080]; // add x4, x4, #8
+    assert_eq!(a64::call_slot(&computed, 2, 4), None);
+    // A load with write-back of the base: the base is not what it was.
+    let back = [0xf840_8c44, 0xd63f_0080]; // ldr x4, [x2, #8]!
+    assert_eq!(a64::call_slot(&back, 1, 4), None);
+    // A pair load writing the base after the load: followed one level, and
+    // not found (the pair's source is the stack).
+    let pair = [0xf940_0c44, 0xa940_0be1, 0xd63f_0080]; // ldp x1, x2, [sp]
+    assert_eq!(a64::call_slot(&pair, 2, 4), None);
 }

@@ -11,6 +11,7 @@
 use crate::a64;
 use crate::engine::policy::is_instrumentation;
 use crate::engine::read_kernel;
+use crate::emulate::{Addr, SiteSlot};
 use crate::engine::site::{SiteKind, Target};
 use crate::ksym::SymBuf;
 use crate::record::Reason;
@@ -113,24 +114,30 @@ pub(super) fn is_leaf(code: &[u8], start: u64, size: u64, sym: &mut SymBuf) -> b
     scan_sites(code, start, size, sym, |_, _| sites += 1).is_ok() && sites == 0
 }
 
-/// The addresses the function at `start`, whose live code up to `end` is `code`, loads
-/// into registers ([`a64::loaded_addresses`]): `finish_func()` keeps those that are
-/// function starts in the kernel's text. At most [`MAX_LOADED`]; none without memory.
-pub(super) fn loaded_addresses(code: &[u8], start: u64, end: u64) -> KVec<u64> {
+/// The words of the function at `start` whose live code up to `end` is `code` (empty
+/// without memory).
+pub(super) fn words(code: &[u8], start: u64, end: u64) -> KVec<u32> {
     let len = usize::try_from(end.saturating_sub(start)).map_or(0, |n| n.min(code.len()) / 4);
     let mut words: KVec<u32> = KVec::new();
     if words.reserve(len, GFP_KERNEL).is_err() {
-        return KVec::new();
+        return words;
     }
     for b in code.chunks_exact(4).take(len) {
         // Room was reserved: this does not allocate.
         let _ = words.push(u32::from_le_bytes([b[0], b[1], b[2], b[3]]), GFP_KERNEL);
     }
+    words
+}
+
+/// The addresses the function at `start`, whose [`words`] are `words`, loads into
+/// registers ([`a64::loaded_addresses`]): `finish_func()` keeps those that are function
+/// starts in the kernel's text. At most [`MAX_LOADED`]; none without memory.
+pub(super) fn loaded_addresses(words: &[u32], start: u64) -> KVec<u64> {
     let mut out: KVec<u64> = KVec::new();
     if out.reserve(MAX_LOADED, GFP_KERNEL).is_err() {
         return out;
     }
-    a64::loaded_addresses(&words, start, |a| {
+    a64::loaded_addresses(words, start, |a| {
         if out.len() < MAX_LOADED && !out.contains(&a) {
             let _ = out.push(a, GFP_KERNEL);
         }
@@ -140,6 +147,24 @@ pub(super) fn loaded_addresses(code: &[u8], start: u64, end: u64) -> KVec<u64> {
 
 /// The most addresses [`loaded_addresses`] gives for one function.
 const MAX_LOADED: usize = 64;
+
+/// Where the target of the call through register `r` at offset `off` of a function,
+/// whose [`words`] are `words`, was loaded from ([`a64::call_slot`]), as the handler
+/// reads it on the registers at the site: the slot of the ops table a method is called
+/// from, whose other methods are armed ahead when the call is met in atomic context
+/// (`Tracer::want_table`).
+pub(super) fn call_slot(words: &[u32], off: u32, r: u8) -> Option<SiteSlot> {
+    let s = a64::call_slot(words, (off / 4) as usize, r)?;
+    Some(SiteSlot {
+        addr: Addr {
+            base: Some(s.base),
+            index: None,
+            disp: s.disp,
+            gs: false,
+        },
+        then: s.then,
+    })
+}
 
 /// A direct call or branch to `t`: the callee, or `None` for a call of instrumentation
 /// (not probed, not shown), as on x86-64.

@@ -712,7 +712,8 @@ impl Tracer {
         }
         // The function starts it loads the address of: function pointers it passes on,
         // armed ahead with it (`Func::fixed_callees`, as on x86-64).
-        let fixed = super::arm64::loaded_addresses(&code, start, end);
+        let words = super::arm64::words(&code, start, end);
+        let fixed = super::arm64::loaded_addresses(&words, start);
         let mut leaf_callees: KVec<u64> = KVec::new();
         let n = self.hook_direct_callees(
             inner,
@@ -750,7 +751,12 @@ impl Tracer {
                 leaf: false,
                 post: 0,
                 at_post: false,
-                slot: None,
+                slot: match kind {
+                    SiteKind::Call(Target::Reg(r)) | SiteKind::Tail(Target::Reg(r)) => {
+                        super::arm64::call_slot(&words, off, r)
+                    }
+                    _ => None,
+                },
             };
             sites
                 .push(Probe::at(data.addr, data), GFP_KERNEL)
