@@ -563,44 +563,67 @@ pub fn call_site(insn: Insn, inside: impl Fn(u64) -> bool) -> Option<Site> {
     }
 }
 
-/// The constant addresses a function's code loads into registers, `f(address)`
-/// for each, in the code's order: `ADR Xd, label`, and `ADRP Xn, page` with an
-/// `ADD Xd, Xn, #imm` after it (the kernel's way to take a symbol's address;
+/// What [`loaded_addresses`] finds a function's code load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loaded {
+    /// A constant address, into a register.
+    Address(u64),
+    /// The 8-byte word at a constant address (a global function pointer,
+    /// `LDR Xt, [Xn, #imm]` from an `ADRP`'s page).
+    Word(u64),
+}
+
+/// What a function's code loads from constants, `f(..)` for each, in the
+/// code's order: addresses (`ADR Xd, label`, and `ADRP Xn, page` with an
+/// `ADD Xd, Xn, #imm` after it: the kernel's way to take a symbol's address;
 /// GCC may put other instructions between them, and may use one `ADRP` for
-/// several `ADD`s). `words` are the function's words from `start`. The
-/// registers are followed in the code's order, not along its branches: a
-/// register's page is forgotten when an instruction may write the register
-/// (one whose destination field names it, or a call for `X0` to `X18`), and
-/// at a branch target nothing is known of the path that came there, so an
-/// address found may be one the code never loads. A function whose address
-/// is loaded so is passed on as a function pointer: `folio_add_lru()` gives
-/// `lru_add()` to `folio_batch_move_lru()`, which calls it with a lock held.
-pub fn loaded_addresses(words: &[u32], start: u64, mut f: impl FnMut(u64)) {
+/// several `ADD`s), and words at such addresses (`LDR Xt, [Xn, #imm]` from the
+/// page). `words` are the function's words from `start`. The registers are
+/// followed in the code's order, not along its branches: a register's page is
+/// forgotten when an instruction may write the register, or at a call for
+/// `X0` to `X18`, and at a branch target nothing is known of the path that
+/// came there, so what is found may be something the code never loads. A
+/// function whose address is loaded so is passed on as a function pointer
+/// (`folio_add_lru()` gives `lru_add()` to `folio_batch_move_lru()`, which
+/// calls it with a lock held); a word loaded so may be a global function
+/// pointer the code calls.
+pub fn loaded_addresses(words: &[u32], start: u64, mut f: impl FnMut(Loaded)) {
     let mut page: [Option<u64>; 32] = [None; 32];
     for (i, &w) in words.iter().enumerate() {
         let pc = start.wrapping_add(4 * i as u64);
         let insn = decode(w, pc);
-        let rd = (w & 31) as usize;
         match insn.op {
             Op::Adrp(r, p) => {
                 page[usize::from(r) & 31] = Some(p);
                 continue;
             }
-            Op::Adr(_, a) => f(a),
+            Op::Adr(_, a) => f(Loaded::Address(a)),
             _ => {}
         }
+        let rn = ((w >> 5) & 31) as usize;
         // ADD (immediate), 64-bit: sf 1, op 0, S 0, `100010`, sh, imm12, Rn, Rd.
         if w & 0xff80_0000 == 0x9100_0000 {
-            let rn = ((w >> 5) & 31) as usize;
             let imm = u64::from((w >> 10) & 0xfff) << if w & (1 << 22) != 0 { 12 } else { 0 };
             if let Some(p) = page[rn] {
-                f(p.wrapping_add(imm));
+                f(Loaded::Address(p.wrapping_add(imm)));
             }
+        }
+        if let (Some((_, _, imm)), Some(p)) = (ldr_x(w), page[rn]) {
+            f(Loaded::Word(p.wrapping_add(imm)));
         }
         if matches!(insn.flow, Flow::Call(_) | Flow::CallReg(..)) {
             page[..19].fill(None);
         }
-        page[rd] = None;
+        let wr = if insn.flow == Flow::Next {
+            writes(w)
+        } else {
+            0
+        };
+        for (r, p) in page.iter_mut().enumerate() {
+            if wr & (1 << r) != 0 {
+                *p = None;
+            }
+        }
     }
 }
 

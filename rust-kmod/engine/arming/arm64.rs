@@ -129,15 +129,27 @@ pub(super) fn words(code: &[u8], start: u64, end: u64) -> KVec<u32> {
     words
 }
 
-/// The addresses the function at `start`, whose [`words`] are `words`, loads into
-/// registers ([`a64::loaded_addresses`]): `finish_func()` keeps those that are function
-/// starts in the kernel's text. At most [`MAX_LOADED`]; none without memory.
+/// What the function at `start`, whose [`words`] are `words`, loads from constants
+/// ([`a64::loaded_addresses`]): the addresses, and the words at the addresses it loads
+/// from (global function pointers, read now, as x86-64's arming reads `call
+/// *smp_ops+0x28(%rip)`). `finish_func()` keeps those that are function starts in the
+/// kernel's text. At most [`MAX_LOADED`]; none without memory.
 pub(super) fn loaded_addresses(words: &[u32], start: u64) -> KVec<u64> {
     let mut out: KVec<u64> = KVec::new();
     if out.reserve(MAX_LOADED, GFP_KERNEL).is_err() {
         return out;
     }
-    a64::loaded_addresses(words, start, |a| {
+    a64::loaded_addresses(words, start, |l| {
+        let a = match l {
+            a64::Loaded::Address(a) => a,
+            a64::Loaded::Word(at) => {
+                let mut b = [0u8; 8];
+                if !read_kernel(at, &mut b) {
+                    return;
+                }
+                u64::from_le_bytes(b)
+            }
+        };
         if out.len() < MAX_LOADED && !out.contains(&a) {
             let _ = out.push(a, GFP_KERNEL);
         }
