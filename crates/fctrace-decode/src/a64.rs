@@ -768,6 +768,21 @@ pub fn trivial_leaf(words: &[u32]) -> bool {
     false
 }
 
+/// Whether the `B` at `pc` to `t` is a detour through a linker's veneer: the
+/// code at `t` (`word(t)`, `word(t + 4)`) is one instruction that falls
+/// through, then `B pc + 4`. GNU ld moves a load that follows an `ADRP` in
+/// the last words of a page out of the function so (Cortex-A53 erratum
+/// 843419, the `e843419@..` symbols), and jumps there and straight back: the
+/// detour belongs to the function, it is no tail call.
+pub fn is_veneer_detour(pc: u64, t: u64, word: impl Fn(u64) -> Option<u32>) -> bool {
+    let (Some(a), Some(b)) = (word(t), word(t.wrapping_add(4))) else {
+        return false;
+    };
+    decode(a, t).flow == Flow::Next
+        && a & 0xff00_0000 != 0xd400_0000
+        && decode(b, t.wrapping_add(4)).flow == Flow::Jmp(pc.wrapping_add(4))
+}
+
 /// Functions that never return, which a function may end with a call of (GCC
 /// puts nothing after `BL __stack_chk_fail`): the names [`function_end`]'s
 /// `noreturn` is asked about.
@@ -783,8 +798,9 @@ pub const NORETURN: &[&str] = &["__stack_chk_fail", "panic", "do_exit", "make_ta
 /// function of a section by the next symbol, which may lie past code that
 /// belongs to no function (the alternatives' replacement sequences follow
 /// `.text` unnamed). `BR` does not end a function: the blocks of a jump
-/// table follow it. `word(a)` reads the word at `a` (`None`: unreadable,
-/// the function ends there).
+/// table follow it. Nor does a `B` through a linker's veneer that comes
+/// straight back ([`is_veneer_detour`]). `word(a)` reads the word at `a`
+/// (`None`: unreadable, the function ends there).
 pub fn function_end(
     start: u64,
     bound: u64,
@@ -807,14 +823,14 @@ pub fn function_end(
         if let Some(t) = target.filter(|_| inside) {
             reach = reach.max(t);
         }
-        if after_call && pc >= reach && matches!(insn.flow, Flow::Jmp(_)) && !inside {
+        let detour = matches!(insn.flow, Flow::Jmp(t) if !inside && is_veneer_detour(pc, t, &word));
+        if after_call && pc >= reach && matches!(insn.flow, Flow::Jmp(_)) && !inside && !detour {
             return pc;
         }
         after_call = matches!(insn.flow, Flow::Call(_));
         let ends = match insn.flow {
-            Flow::Ret(..) | Flow::Jmp(_) | Flow::ExceptionRet | Flow::Brk(_) | Flow::Undefined => {
-                true
-            }
+            Flow::Jmp(_) => !detour,
+            Flow::Ret(..) | Flow::ExceptionRet | Flow::Brk(_) | Flow::Undefined => true,
             Flow::Call(t) => noreturn(t),
             _ => false,
         };

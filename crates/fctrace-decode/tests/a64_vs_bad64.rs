@@ -662,6 +662,13 @@ fn call_sites_of_every_traceable_function() {
         let inside = |t: u64| (start..end).contains(&t);
         for pc in (start..end).step_by(4) {
             let insn = a64::decode(word(pc), pc);
+            // A detour through a linker's veneer (erratum 843419) is no site.
+            if let a64::Flow::Jmp(t) = insn.flow {
+                if !inside(t) && a64::is_veneer_detour(pc, t, |a| Some(word(a))) {
+                    *n.entry("veneer detour").or_default() += 1;
+                    continue;
+                }
+            }
             let Some(site) = a64::call_site(insn, inside) else {
                 continue;
             };
@@ -820,7 +827,7 @@ fn function_end_and_call_sites_by_hand() {
     let cbz = |from: u64, to: u64| 0xb400_0000 | ((((to - from) >> 2) as u32 & 0x7ffff) << 5);
     let end = |words: &[u32], noreturn: u64| {
         let bound = F + 4 * words.len() as u64;
-        let w = |a: u64| words.get(((a - F) / 4) as usize).copied();
+        let w = |a: u64| words.get((a.checked_sub(F)? / 4) as usize).copied();
         a64::function_end(F, bound, w, |t| t == noreturn)
     };
     let other = F - 0x1000;
@@ -1156,4 +1163,40 @@ fn call_slots() {
     // not found (the pair's source is the stack).
     let pair = [0xf940_0c44, 0xa940_0be1, 0xd63f_0080]; // ldp x1, x2, [sp]
     assert_eq!(a64::call_slot(&pair, 2, 4), None);
+}
+
+/// A detour through a linker's veneer (Cortex-A53 erratum 843419): the
+/// function goes on after the `B` to it, which is no tail call; a veneer that
+/// returns elsewhere, or one that is not a single instruction and a `B`, is.
+#[test]
+fn veneer_detours() {
+    const F: u64 = 0xffff_8000_810f_7f48;
+    const V: u64 = 0xffff_8000_810f_9400;
+    let b = |from: u64, to: u64| {
+        0x1400_0000 | (((to.wrapping_sub(from) as i64 >> 2) as u32) & 0x03ff_ffff)
+    };
+    let (ret, paciasp, autiasp) = (0xd65f_03c0, 0xd503_233f, 0xd503_23bf);
+    let ldr = 0xb945_b301; // ldr w1, [x24, #1456], as in tcp_get_metrics()'s veneer
+    let func = [paciasp, b(F + 4, V), autiasp, ret];
+    let word = |veneer: [u32; 2]| {
+        move |a: u64| match a {
+            a if (F..F + 16).contains(&a) => Some(func[((a - F) / 4) as usize]),
+            a if (V..V + 8).contains(&a) => Some(veneer[((a - V) / 4) as usize]),
+            _ => None,
+        }
+    };
+    let back = [ldr, b(V + 4, F + 8)];
+    assert!(a64::is_veneer_detour(F + 4, V, word(back)));
+    assert_eq!(a64::function_end(F, F + 16, word(back), |_| false), F + 16);
+    // Back somewhere else, or two instructions, or a trap: a tail call.
+    let elsewhere = [ldr, b(V + 4, F + 12)];
+    assert!(!a64::is_veneer_detour(F + 4, V, word(elsewhere)));
+    assert_eq!(
+        a64::function_end(F, F + 16, word(elsewhere), |_| false),
+        F + 8
+    );
+    let jump = [b(V, F), b(V + 4, F + 8)];
+    assert!(!a64::is_veneer_detour(F + 4, V, word(jump)));
+    let trap = [0xd420_0080, b(V + 4, F + 8)];
+    assert!(!a64::is_veneer_detour(F + 4, V, word(trap)));
 }

@@ -53,12 +53,16 @@ pub(super) fn scan_sites(
 ) -> core::result::Result<(u64, u64), Reason> {
     let bound = start.saturating_add(size.min(code.len() as u64));
     let sym = RefCell::new(sym);
-    let end = a64::function_end(
-        start,
-        bound,
-        |a| word(code, start, a),
-        |t| is_noreturn(&mut **sym.borrow_mut(), t),
-    );
+    // (Outside the function: the live words of a veneer it may detour through.)
+    let word_at = |a: u64| {
+        word(code, start, a).or_else(|| {
+            let mut b = [0u8; 4];
+            read_kernel(a, &mut b).then(|| u32::from_le_bytes(b))
+        })
+    };
+    let end = a64::function_end(start, bound, &word_at, |t| {
+        is_noreturn(&mut **sym.borrow_mut(), t)
+    });
     let sym = sym.into_inner();
     let body = site_of(code, start).map_or(start, |s| s + u64::from(INSN_LEN));
     let inside = |t: u64| (start..end).contains(&t);
@@ -70,6 +74,13 @@ pub(super) fn scan_sites(
         let insn = a64::decode(w, pc);
         if insn.flow == a64::Flow::Brk(KPROBE_BRK) {
             return Err(Reason::Unprobeable);
+        }
+        // A detour through a linker's veneer (erratum 843419) is part of the function.
+        if let a64::Flow::Jmp(t) = insn.flow {
+            if !inside(t) && a64::is_veneer_detour(pc, t, &word_at) {
+                pc += u64::from(INSN_LEN);
+                continue;
+            }
         }
         let kind = match a64::call_site(insn, inside) {
             None => None,
