@@ -9,9 +9,9 @@
 //! a section is bounded by the next symbol, past code that belongs to no function).
 
 use crate::a64;
+use crate::emulate::{Addr, SiteSlot};
 use crate::engine::policy::is_instrumentation;
 use crate::engine::read_kernel;
-use crate::emulate::{Addr, SiteSlot};
 use crate::engine::site::{SiteKind, Target};
 use crate::ksym::SymBuf;
 use crate::record::Reason;
