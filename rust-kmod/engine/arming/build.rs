@@ -710,8 +710,9 @@ impl Tracer {
         if full {
             return Err(Reason::ArmFailed);
         }
-        // The function starts it loads the address of: function pointers it passes on,
-        // armed ahead with it (`Func::fixed_callees`, as on x86-64).
+        // The function starts it loads the address of (function pointers it passes on)
+        // or reads from a global pointer: armed with it (`Func::fixed_callees`, as on
+        // x86-64).
         let words = super::arm64::words(&code, start, end);
         let fixed = super::arm64::loaded_addresses(&words, start);
         let mut leaf_callees: KVec<u64> = KVec::new();
