@@ -406,6 +406,8 @@ fn handmade() {
     assert_eq!(d(0x74c2_bfe1).flow, cmp(pc - 4, 6, 8, a64::Operand::Reg(2)));
     // brk #0x800 (BUG()), udf #0
     assert_eq!(d(0xd421_0000).flow, Flow::Brk(0x800));
+    // brk #0x004 (KPROBES_BRK_IMM): the word a kprobe writes
+    assert_eq!(d(a64::KPROBE_BRK).flow, Flow::Brk(0x004));
     assert_eq!(d(0x0000_0000).flow, Flow::Undefined);
     // paciasp, autiasp, bti c, nop; adrp x0, page; ldr x0, literal
     assert_eq!(d(0xd503_233f).op, Op::PacSign);

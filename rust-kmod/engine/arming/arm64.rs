@@ -21,11 +21,6 @@ use kernel::prelude::*;
 /// The bytes of an A64 instruction.
 pub(crate) const INSN_LEN: u8 = 4;
 
-/// `BRK #0x004`: a kprobe's breakpoint (`KPROBES_BRK_IMM`). In a function fctrace did not
-/// put it there: someone else probes the function, whose words cannot be trusted. (The
-/// kernel's own `BRK`s, `BUG()`'s among them, are code.)
-const KPROBE_BRK: u16 = 0x004;
-
 /// The word at `addr` in `code`, the bytes at `start`.
 fn word(code: &[u8], start: u64, addr: u64) -> Option<u32> {
     let off = usize::try_from(addr.checked_sub(start)?).ok()?;
@@ -71,10 +66,13 @@ pub(super) fn scan_sites(
         let Some(w) = word(code, start, pc) else {
             return Err(Reason::Unprobeable);
         };
-        let insn = a64::decode(w, pc);
-        if insn.flow == a64::Flow::Brk(KPROBE_BRK) {
+        // A kprobe's `BRK` (`a64::KPROBE_BRK`): fctrace did not put it there, so
+        // someone else probes the function, whose words cannot be trusted. (The
+        // kernel's own `BRK`s, `BUG()`'s among them, are code.)
+        if w == a64::KPROBE_BRK {
             return Err(Reason::Unprobeable);
         }
+        let insn = a64::decode(w, pc);
         // A detour through a linker's veneer (erratum 843419) is part of the function.
         if let a64::Flow::Jmp(t) = insn.flow {
             if !inside(t) && a64::is_veneer_detour(pc, t, &word_at) {
