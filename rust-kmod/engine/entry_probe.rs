@@ -164,11 +164,12 @@ impl Tracer {
         let size = match sym.lookup(callee) {
             // Not `__schedule()` nor a preemption thunk: every context switch of every
             // task would run the probe (the scheduler is followed through its callers'
-            // sites and the preemption hooks, see `preempt.rs`).
+            // sites and the preemption path, see `preempt.rs`). arm64: of either kind
+            // (`preempt_schedule()`, which kprobes refuses, calls `__schedule()`).
             Some(info)
                 if info.offset == 0
                     && !never_probed(inner, callee, info.name.as_bytes())
-                    && !(kind == EntryKind::Notrace
+                    && !((kind == EntryKind::Notrace || cfg!(target_arch = "aarch64"))
                         && (info.name == "__schedule" || self.preempt.is_thunk(callee))) =>
             {
                 info.size

@@ -169,13 +169,9 @@ impl Tracer {
         } else {
             Hook::Syscall
         };
-        // (arm64 has no preemption hooks: its preemption does not go through x86-64's
-        // thunks)
-        let sched_at = if cfg!(target_arch = "x86_64") {
-            self.preempt.resolve()
-        } else {
-            Default::default()
-        };
+        // (arm64: none to place, `preempt_schedule()` makes the call; what `resolve()`
+        // finds opens the scheduler's frame from inside, see `preempt.rs`)
+        let sched_at = self.preempt.resolve();
         let mut hooks = KVec::new();
         hooks.push(Probe::at(hook_at, root_hook), GFP_KERNEL)?;
         hooks.push(Probe::on_symbol(c_str!("do_exit"), Hook::Exit), GFP_KERNEL)?;
