@@ -799,8 +799,11 @@ pub const NORETURN: &[&str] = &["__stack_chk_fail", "panic", "do_exit", "make_ta
 /// belongs to no function (the alternatives' replacement sequences follow
 /// `.text` unnamed). `BR` does not end a function: the blocks of a jump
 /// table follow it. Nor does a `B` through a linker's veneer that comes
-/// straight back ([`is_veneer_detour`]). `word(a)` reads the word at `a`
-/// (`None`: unreadable, the function ends there).
+/// straight back ([`is_veneer_detour`]), nor a kprobe's `BRK`
+/// ([`KPROBE_BRK`]): it stands for the instruction it probes (on the first
+/// word, where a kprobe on the function puts it, that is the ftrace site's
+/// or a `BTI C`). `word(a)` reads the word at `a` (`None`: unreadable, the
+/// function ends there).
 pub fn function_end(
     start: u64,
     bound: u64,
@@ -830,7 +833,8 @@ pub fn function_end(
         after_call = matches!(insn.flow, Flow::Call(_));
         let ends = match insn.flow {
             Flow::Jmp(_) => !detour,
-            Flow::Ret(..) | Flow::ExceptionRet | Flow::Brk(_) | Flow::Undefined => true,
+            Flow::Brk(_) => w != KPROBE_BRK,
+            Flow::Ret(..) | Flow::ExceptionRet | Flow::Undefined => true,
             Flow::Call(t) => noreturn(t),
             _ => false,
         };

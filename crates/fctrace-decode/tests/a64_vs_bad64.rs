@@ -661,6 +661,17 @@ fn call_sites_of_every_traceable_function() {
         };
         let end = a64::function_end(start, bound, |a| Some(word(a)), |t| noreturn.contains(&t));
         *n.entry("functions").or_default() += 1;
+        // With a kprobe on the function (its BRK on the first word, a kprobe event or
+        // fctrace's own hooks on do_exit() and wake_up_new_task()): the same end.
+        let probed = |a: u64| Some(if a == start { a64::KPROBE_BRK } else { word(a) });
+        let end_probed = a64::function_end(start, bound, probed, |t| noreturn.contains(&t));
+        if end_probed != end {
+            wrong.push(format!(
+                "{name}: ends at +{:#x}, with a kprobe at +{:#x}",
+                end - start,
+                end_probed - start
+            ));
+        }
         let inside = |t: u64| (start..end).contains(&t);
         for pc in (start..end).step_by(4) {
             let insn = a64::decode(word(pc), pc);
