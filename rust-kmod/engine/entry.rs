@@ -56,14 +56,21 @@ fn is_call_to(site: u64, target: core::ops::RangeInclusive<u64>) -> bool {
     target.contains(&site.wrapping_add(5).wrapping_add(rel as i64 as u64))
 }
 
-/// Whether the word at `site` is a `BL` into `target`, an address range. (A breakpoint
-/// there replaced the whole word: it does not count.)
+/// Whether the word at `site` is a `BL` into `target`, an address range, directly or
+/// through a module's PLT entry ([`super::plt_at`]). (A breakpoint there replaced the
+/// whole word: it does not count.)
 #[cfg(target_arch = "aarch64")]
 fn is_call_to(site: u64, target: core::ops::RangeInclusive<u64>) -> bool {
     let mut b = [0u8; 4];
-    read_text(site, &mut b)
-        && matches!(crate::a64::decode(u32::from_le_bytes(b), site).flow,
-                    crate::a64::Flow::Call(t) if target.contains(&t))
+    if !read_text(site, &mut b) {
+        return false;
+    }
+    match crate::a64::decode(u32::from_le_bytes(b), site).flow {
+        crate::a64::Flow::Call(t) => {
+            target.contains(&t) || super::plt_at(t).is_some_and(|d| target.contains(&d))
+        }
+        _ => false,
+    }
 }
 
 /// The length of a direct call: where one ends, its return address, it starts this far

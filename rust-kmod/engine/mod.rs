@@ -206,6 +206,18 @@ fn read_text(addr: u64, buf: &mut [u8]) -> bool {
     read_kernel(addr, buf)
 }
 
+/// arm64: the function the module PLT entry at `t` reaches, if one is there
+/// ([`a64::plt_target`](crate::a64::plt_target)). Any context: no symbol lookup.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn plt_at(t: u64) -> Option<u64> {
+    let mut b = [0u8; 12];
+    if !read_kernel(t, &mut b) {
+        return None;
+    }
+    let w = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    crate::a64::plt_target([w(0), w(4), w(8)], t)
+}
+
 /// Reads a kernel word that may not be mapped, without faulting.
 fn read_word(addr: u64) -> Option<u64> {
     let mut v = [0u8; 8];

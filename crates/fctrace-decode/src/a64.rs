@@ -627,6 +627,32 @@ pub fn loaded_addresses(words: &[u32], start: u64, mut f: impl FnMut(Loaded)) {
     }
 }
 
+/// Where a module's PLT entry at `at` (its three words `entry`) goes: the
+/// kernel writes one for each call or tail call of a module that a `BL` or
+/// `B` cannot reach (`get_plt_entry()`, arch/arm64/kernel/module-plts.c):
+/// `ADRP X16, page; ADD X16, X16, #lo12; BR X16`. Debian's modules, loaded
+/// where `RANDOMIZE_MODULE_REGION_FULL` puts them, call the kernel so
+/// (`ext4_sync_file()`'s call of `file_write_and_wait_range()`). `None` if
+/// the words are not such an entry.
+pub fn plt_target(entry: [u32; 3], at: u64) -> Option<u64> {
+    const X16: Reg = 16;
+    let [adrp, add, br] = entry;
+    let Op::Adrp(X16, page) = decode(adrp, at).op else {
+        return None;
+    };
+    // ADD X16, X16, #imm12 (64-bit, no shift): sf 1, op 0, S 0, `100010`, sh 0.
+    let rn = ((add >> 5) & 31) as Reg;
+    let rd = (add & 31) as Reg;
+    if add & 0xffc0_0000 != 0x9100_0000 || rn != X16 || rd != X16 {
+        return None;
+    }
+    let target = page.wrapping_add(u64::from((add >> 10) & 0xfff));
+    match decode(br, at.wrapping_add(8)).flow {
+        Flow::JmpReg(X16, Pac::None) => Some(target),
+        _ => None,
+    }
+}
+
 /// Where an indirect call's target was loaded from ([`call_slot`]): register
 /// `base` at the call plus `disp`; then, if `then`, the word there plus `then`
 /// (a table reached through a pointer: `p->sched_class->select_task_rq`).

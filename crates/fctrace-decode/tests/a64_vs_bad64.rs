@@ -1213,3 +1213,55 @@ fn veneer_detours() {
     let trap = [0xd420_0080, b(V + 4, F + 8)];
     assert!(!a64::is_veneer_detour(F + 4, V, word(trap)));
 }
+
+/// A module's PLT entry as the kernel writes it (`get_plt_entry()`:
+/// `aarch64_insn_gen_adr()`, `aarch64_insn_gen_add_sub_imm()`,
+/// `aarch64_insn_gen_branch_reg()`), for a call at `pc` of `dst`.
+fn plt_entry(pc: u64, dst: u64, reg: u32) -> [u32; 3] {
+    let off = ((dst & !0xfff).wrapping_sub(pc & !0xfff) as i64) >> 12;
+    let (lo, hi) = ((off & 3) as u32, ((off >> 2) & 0x7ffff) as u32);
+    let adrp = 0x9000_0000 | lo << 29 | hi << 5 | reg;
+    let add = 0x9100_0000 | ((dst & 0xfff) as u32) << 10 | reg << 5 | reg;
+    let br = 0xd61f_0000 | reg << 5;
+    [adrp, add, br]
+}
+
+/// `a64::plt_target()`: entries made as the kernel makes them, for a
+/// module 1 to 2 GiB away from the kernel (Debian's modules are out of a
+/// `BL`'s reach of it), both ways, and what bad64 says the words are.
+#[test]
+fn plt_targets() {
+    let kernel = 0xffff_8000_8040_1234u64; // file_write_and_wait_range(), say
+    for (pc, dst) in [
+        (0xffff_8000_0312_3f00u64, kernel),
+        (0xffff_8000_7fff_fff4, kernel & !0xfff),
+        (kernel + (1 << 30), kernel),
+        (0xffff_8000_0000_0000, 0xffff_8000_ffff_fffc),
+    ] {
+        let e = plt_entry(pc, dst, 16);
+        let text: Vec<String> = e
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| {
+                let insn = bad64::decode(w, pc + 4 * i as u64).expect("a valid instruction");
+                format!("{insn}")
+            })
+            .collect();
+        assert_eq!(text[0], format!("adrp x16, {:#x}", dst & !0xfff), "{e:x?}");
+        assert_eq!(
+            text[1],
+            format!("add x16, x16, #{:#x}", dst & 0xfff),
+            "{e:x?}"
+        );
+        assert_eq!(text[2], "br x16");
+        assert_eq!(a64::plt_target(e, pc), Some(dst), "{pc:#x} -> {dst:#x}");
+    }
+    let pc = 0xffff_8000_0312_3f00u64;
+    let e = plt_entry(pc, kernel, 16);
+    // Another register, another branch, a shifted ADD, another base: no PLT entry.
+    assert_eq!(a64::plt_target(plt_entry(pc, kernel, 17), pc), None);
+    assert_eq!(a64::plt_target([e[0], e[1], 0xd63f_0200], pc), None); // blr x16
+    assert_eq!(a64::plt_target([e[0], e[1] | 1 << 22, e[2]], pc), None);
+    assert_eq!(a64::plt_target([e[0], e[1] ^ (1 << 5), e[2]], pc), None); // add x16, x17
+    assert_eq!(a64::plt_target([0xd503_201f, e[1], e[2]], pc), None); // nop
+}

@@ -187,9 +187,21 @@ pub(super) fn call_slot(words: &[u32], off: u32, r: u8) -> Option<SiteSlot> {
     })
 }
 
+/// Where a direct call or jump to `t` goes: past a module's PLT entry
+/// ([`a64::plt_target`]) to the function it reaches, else `t`. The call is then
+/// the function's (its entry hook, its probe), and a handler that makes it goes
+/// there straight: the entry only loads `X16`, which a call may change anyway.
+fn through_plt(t: u64, sym: &mut SymBuf) -> u64 {
+    if sym.lookup(t).is_some_and(|i| i.offset == 0) {
+        return t;
+    }
+    crate::engine::plt_at(t).unwrap_or(t)
+}
+
 /// A direct call or branch to `t`: the callee, or `None` for a call of instrumentation
 /// (not probed, not shown), as on x86-64.
 fn direct(t: u64, sym: &mut SymBuf) -> Option<u64> {
+    let t = through_plt(t, sym);
     match sym.lookup(t) {
         Some(i) if i.offset == 0 && is_instrumentation(i.name.as_bytes()) => None,
         _ => Some(t),
