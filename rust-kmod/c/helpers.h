@@ -101,6 +101,7 @@ void fctrace_cancel_sync(void);
 void fctrace_schedule_optimize(unsigned int ms, bool push_back);
 /* Runs fctrace_reap_work() in ms milliseconds (lazy disarming). */
 void fctrace_schedule_reap(unsigned int ms);
+void fctrace_reschedule_reap(unsigned int ms);
 /* Waits until every probe handler running now has returned. May sleep. */
 void fctrace_synchronize_handlers(void);
 /* This CPU's gs base (per-CPU offset). Call with preemption off. */

@@ -114,6 +114,18 @@ void fctrace_schedule_reap(unsigned int ms)
 	preempt_enable_notrace();
 }
 
+/*
+ * Runs the pass in @ms, sooner than one queued for later: tracing stopped, and the
+ * resume probe goes once no task is on its way to it (arm64).
+ */
+void fctrace_reschedule_reap(unsigned int ms)
+{
+	preempt_disable_notrace();
+	if (!READ_ONCE(fctrace_closing))
+		mod_delayed_work(system_wq, &fctrace_reap_dwork, msecs_to_jiffies(ms));
+	preempt_enable_notrace();
+}
+
 static void fctrace_optimize_fn(struct work_struct *work)
 {
 	fctrace_own_enter();

@@ -898,9 +898,16 @@ impl Drop for TracerHandle {
         let tr: &Tracer = &self.tracer;
         tr.deactivate(&mut tr.lock());
         tr.wait_idle();
-        // No task is in the trampoline, nor can one be sent there.
+        // No task is in the trampoline, nor can one be sent there. arm64: those that left
+        // it go past the resume probe before it goes (the module no longer held itself
+        // for them: `unpin_when_returned`).
         #[cfg(target_arch = "aarch64")]
-        drop(tr.lock().resume.take());
+        {
+            while !tr.waits.resumes.idle() {
+                sys::msleep(10);
+            }
+            drop(tr.lock().resume.take());
+        }
         tr.wait_returns();
         // Unregisters the hooks, waiting for running callbacks.
         drop(self.hooks.take());

@@ -37,6 +37,11 @@ const OPTIMIZE_MAX_DELAY_NS: u64 = 2_000_000_000;
 /// return hook holds them): how often the work item looks whether they came back.
 const RETURNS_POLL_MS: u32 = 500;
 
+/// How often, once tracing stopped, fctrace looks whether the tasks on their way to the
+/// resume probe went past it, to unregister it (arm64).
+#[cfg(target_arch = "aarch64")]
+const RESUME_POLL_MS: u32 = 20;
+
 impl Tracer {
     /// Registers the probes for tracing: the start function (armed), its entry probe and
     /// the exit, fork and preemption hooks. With the mutex held.
@@ -103,7 +108,8 @@ impl Tracer {
             inner.pinned = true;
         }
         // arm64: the resume probe, on fctrace's own text, before any probe that may send a
-        // task to wait (`wait/resume.rs`); it stays while the module holds itself.
+        // task to wait (`wait/resume.rs`); it stays until no task is on its way to it
+        // once tracing stopped (`unpin_when_returned`).
         #[cfg(target_arch = "aarch64")]
         if inner.resume.is_none() {
             inner.resume = super::wait::resume::ResumeHook::register(self);
@@ -297,28 +303,28 @@ impl Tracer {
     }
 
     /// Once tracing stopped: drops the module's reference to itself when no hooked return
-    /// is left to come back through `fctrace_return` (arm64: and no task is on its way to
-    /// the resume probe, which goes then); else looks again in a while (the lazy-disarming
-    /// work item, idle meanwhile). With the mutex held.
+    /// is left to come back through `fctrace_return`; else looks again in a while (the
+    /// lazy-disarming work item, idle meanwhile). arm64: the resume probe goes once no
+    /// task is on its way to it (sent to the trampoline before the other probes went),
+    /// looked at again soon until then; those tasks do not hold the module (its exit
+    /// waits for them, as for tasks in the trampoline). With the mutex held.
     pub(crate) fn unpin_when_returned(&self, inner: &mut TracerInner) {
-        if !inner.pinned || self.active.load(Ordering::Acquire) {
+        if self.active.load(Ordering::Acquire) {
             return;
         }
-        // arm64: a task sent to the trampoline before its probe went (every other probe is
-        // unregistered now) still needs the resume probe; it goes once none has a place.
         #[cfg(target_arch = "aarch64")]
-        if inner.resume.is_some() && self.waits.resumes.idle() {
-            inner.resume = None;
+        if inner.resume.is_some() {
+            if self.waits.resumes.idle() {
+                inner.resume = None;
+            } else {
+                sys::reschedule_reap(RESUME_POLL_MS);
+            }
         }
-        #[cfg(target_arch = "aarch64")]
-        let on_its_way = inner.resume.is_some();
-        #[cfg(not(target_arch = "aarch64"))]
-        let on_its_way = false;
-        let live = self.returns.any_live();
-        if live || on_its_way {
-            self.stats
-                .returns_pending
-                .store(u64::from(live), Ordering::Relaxed);
+        if !inner.pinned {
+            return;
+        }
+        if self.returns.any_live() {
+            self.stats.returns_pending.store(1, Ordering::Relaxed);
             sys::schedule_reap(RETURNS_POLL_MS);
             return;
         }

@@ -442,6 +442,14 @@ pub(crate) fn schedule_reap(ms: u32) {
     unsafe { bindings::fctrace_schedule_reap(ms) };
 }
 
+/// Runs the lazy disarming pass in `ms` milliseconds, sooner than one queued for later
+/// (tracing stopped: only the resume probe is waited for, arm64).
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn reschedule_reap(ms: u32) {
+    // SAFETY: `mod_delayed_work()` on a static work item.
+    unsafe { bindings::fctrace_reschedule_reap(ms) };
+}
+
 /// Runs `fctrace_optimize_work()` in `ms` milliseconds; with `push_back`, that many after
 /// the last call.
 pub(crate) fn schedule_optimize(ms: u32, push_back: bool) {

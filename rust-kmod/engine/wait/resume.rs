@@ -123,7 +123,8 @@ impl Handler for Resume {
 /// The resume probe, registered: while it lives, breakpoints may send tasks to the
 /// trampoline (`Resumes::ready` is set after the probe is registered, and cleared before
 /// it is unregistered). It lives in `TracerInner::resume`, from the start of tracing
-/// until the module drops its reference to itself.
+/// until, once tracing stopped, no task has a place kept (`unpin_when_returned`, and the
+/// module's exit, which waits for them).
 pub(crate) struct ResumeHook(Pin<KBox<Probe<Resume>>>);
 
 impl ResumeHook {
