@@ -242,25 +242,11 @@ Where an error came from (on the host: fctrace-report errors trace.txt):
   grep ERROR trace
 ";
 
-/// What `README` adds where the architecture does not do all yet: a user, and the
-/// selftests' runner, read it there.
-const ARCH_NOTE: &str = if cfg!(target_arch = "x86_64") {
-    ""
-} else {
-    "
-Not yet on this architecture: the preemption hooks (what the scheduler does
-for a task that is preempted is not followed).
-"
-};
-
 /// What reading `id` shows.
 pub(crate) fn render(tr: &Tracer, id: FileId, t: &mut Text) -> core::fmt::Result {
     let set = &tr.settings;
     match id {
-        FileId::Readme => {
-            t.write_str(README)?;
-            t.write_str(ARCH_NOTE)
-        }
+        FileId::Readme => t.write_str(README),
         FileId::SetPid => {
             // As the reader's PID namespace numbers them (what it wrote); processes it
             // cannot see are not shown.
