@@ -62,6 +62,12 @@ void fctrace_current_ids(u32 *pid, u32 *tgid)
 	*tgid = current->tgid;
 }
 
+/* The current task, as a key that no exec changes (its task_struct's address). */
+unsigned long fctrace_current_task(void)
+{
+	return (unsigned long)current;
+}
+
 /* The base of the gs segment on this CPU: where %gs-relative (per-CPU) reads read. */
 #ifdef CONFIG_X86
 unsigned long fctrace_gs_base(void)

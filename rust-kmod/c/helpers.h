@@ -39,6 +39,7 @@ unsigned long fctrace_rethook_saved_ret(unsigned long frame, unsigned long tramp
 bool fctrace_task_running(void);
 
 void fctrace_current_ids(u32 *pid, u32 *tgid);
+unsigned long fctrace_current_task(void);
 void fctrace_current_comm(u8 *comm16);
 u64 fctrace_clock(void);
 u32 fctrace_cpu(void);

@@ -89,6 +89,14 @@ pub(crate) fn current_ids() -> (u32, u32) {
     (pid, tgid)
 }
 
+/// The current task as a key (its `task_struct`'s address): unlike its thread ID, which
+/// an exec from a thread swaps with the leader's (`de_thread()`), it stays the task's
+/// until the task is gone. Never 0.
+pub(crate) fn current_task() -> u64 {
+    // SAFETY: reads `current`, which always exists.
+    unsafe { bindings::fctrace_current_task() as u64 }
+}
+
 /// The current task's `comm`, NUL-terminated within its 16 bytes.
 pub(crate) fn current_comm(comm: &mut [u8; 16]) {
     // SAFETY: copies 16 bytes of `current->comm` into `comm`, which has 16 bytes.

@@ -19,19 +19,20 @@
 //! while it waited and it ran past the probe) has nowhere to go: as a return fctrace
 //! cannot account for, it warns once and dies as after an oops.
 
-use crate::engine::tree::current_ids;
 use crate::engine::MAX_TASKS;
 use crate::engine::{tracer, Tracer};
 use crate::kprobe::{Handler, Probe};
 use crate::sys::{self, Regs};
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::ffi::c_int;
 use kernel::prelude::*;
 
 /// Where one task goes on.
 struct Place {
-    /// The thread's pid; 0: free.
-    pid: AtomicU32,
+    /// The task ([`sys::current_task`]); 0: free. Not its thread ID: an exec from another
+    /// thread of its process, while it waits, gives it that thread's ID (`de_thread()`
+    /// swaps them with the leader's), and the exec'ing thread the leader's.
+    task: AtomicU64,
     /// The probed instruction the task goes back to.
     addr: AtomicU64,
 }
@@ -49,7 +50,7 @@ impl Resumes {
             ready: AtomicBool::new(false),
             places: [const {
                 Place {
-                    pid: AtomicU32::new(0),
+                    task: AtomicU64::new(0),
                     addr: AtomicU64::new(0),
                 }
             }; MAX_TASKS],
@@ -66,18 +67,22 @@ impl Resumes {
     pub(crate) fn idle(&self) -> bool {
         self.places
             .iter()
-            .all(|p| p.pid.load(Ordering::Acquire) == 0)
+            .all(|p| p.task.load(Ordering::Acquire) == 0)
     }
 
-    /// Keeps `addr` for thread `pid`, which the caller is. Returns false when every place
-    /// is taken.
-    pub(crate) fn claim(&self, pid: u32, addr: u64) -> bool {
-        if pid == 0 {
+    /// Keeps `addr` for `task`, which the caller is (its place, if it has one already).
+    /// Returns false when every place is taken.
+    pub(crate) fn claim(&self, task: u64, addr: u64) -> bool {
+        if task == 0 {
             return false;
         }
+        if let Some(p) = self.find(task) {
+            p.addr.store(addr, Ordering::Release);
+            return true;
+        }
         for p in &self.places {
-            if p.pid
-                .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Relaxed)
+            if p.task
+                .compare_exchange(0, task, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
                 p.addr.store(addr, Ordering::Release);
@@ -87,22 +92,22 @@ impl Resumes {
         false
     }
 
-    /// The address kept for thread `pid`, which the caller is.
-    fn find(&self, pid: u32) -> Option<&Place> {
-        (pid != 0)
+    /// The place kept for `task`, which the caller is.
+    fn find(&self, task: u64) -> Option<&Place> {
+        (task != 0)
             .then(|| {
                 self.places
                     .iter()
-                    .find(|p| p.pid.load(Ordering::Acquire) == pid)
+                    .find(|p| p.task.load(Ordering::Acquire) == task)
             })
             .flatten()
     }
 
-    /// Takes back the address kept for thread `pid`, which the caller is.
-    fn take(&self, pid: u32) -> Option<u64> {
-        let p = self.find(pid)?;
+    /// Takes back the address kept for `task`, which the caller is.
+    fn take(&self, task: u64) -> Option<u64> {
+        let p = self.find(task)?;
         let addr = p.addr.swap(0, Ordering::AcqRel);
-        p.pid.store(0, Ordering::Release);
+        p.task.store(0, Ordering::Release);
         (addr != 0).then_some(addr)
     }
 }
@@ -113,7 +118,7 @@ pub(crate) struct Resume;
 impl Handler for Resume {
     // Every task that reaches it was sent by fctrace, traced or not any more.
     fn pre(_: &Probe<Resume>, regs: &mut sys::PtRegs) -> c_int {
-        let to = tracer().and_then(|tr| tr.waits.resumes.take(current_ids().0));
+        let to = tracer().and_then(|tr| tr.waits.resumes.take(sys::current_task()));
         // (Nowhere to go: the trampoline's lost path warns and kills the task.)
         regs.set_pc(to.unwrap_or_else(sys::bp_lost_addr));
         1
@@ -158,7 +163,7 @@ impl Drop for ResumeHook {
 #[no_mangle]
 pub(crate) extern "C" fn fctrace_bp_resume_addr() -> u64 {
     tracer()
-        .and_then(|tr| tr.waits.resumes.find(current_ids().0))
+        .and_then(|tr| tr.waits.resumes.find(sys::current_task()))
         .map_or(0, |p| p.addr.load(Ordering::Acquire))
 }
 
@@ -168,7 +173,7 @@ pub(crate) extern "C" fn fctrace_bp_resume_addr() -> u64 {
 #[no_mangle]
 pub(crate) extern "C" fn fctrace_bp_forget() {
     if let Some(tr) = tracer() {
-        let _ = tr.waits.resumes.take(current_ids().0);
+        let _ = tr.waits.resumes.take(sys::current_task());
     }
 }
 

@@ -87,7 +87,7 @@ impl Tracer {
     ) -> Option<Redirect> {
         #[cfg(target_arch = "aarch64")]
         let to = {
-            if !self.waits.resumes.ready() || !self.waits.resumes.claim(current_ids().0, addr) {
+            if !self.waits.resumes.ready() || !self.waits.resumes.claim(sys::current_task(), addr) {
                 return None;
             }
             sys::bp_trampoline_addr(at_entry)
