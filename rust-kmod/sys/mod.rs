@@ -91,7 +91,8 @@ pub(crate) fn current_ids() -> (u32, u32) {
 
 /// The current task as a key (its `task_struct`'s address): unlike its thread ID, which
 /// an exec from a thread swaps with the leader's (`de_thread()`), it stays the task's
-/// until the task is gone. Never 0.
+/// until the task is gone. Never 0. (arm64's resume places.)
+#[cfg(target_arch = "aarch64")]
 pub(crate) fn current_task() -> u64 {
     // SAFETY: reads `current`, which always exists.
     unsafe { bindings::fctrace_current_task() as u64 }
