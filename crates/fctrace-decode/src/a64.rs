@@ -601,10 +601,8 @@ pub fn loaded_addresses(words: &[u32], start: u64, mut f: impl FnMut(Loaded)) {
             _ => {}
         }
         let rn = ((w >> 5) & 31) as usize;
-        // ADD (immediate), 64-bit: sf 1, op 0, S 0, `100010`, sh, imm12, Rn, Rd.
-        if w & 0xff80_0000 == 0x9100_0000 {
-            let imm = u64::from((w >> 10) & 0xfff) << if w & (1 << 22) != 0 { 12 } else { 0 };
-            if let Some(p) = page[rn] {
+        if let Some((_, n, imm)) = add_x_imm(w) {
+            if let Some(p) = page[usize::from(n)] {
                 f(Loaded::Address(p.wrapping_add(imm)));
             }
         }
@@ -627,6 +625,15 @@ pub fn loaded_addresses(words: &[u32], start: u64, mut f: impl FnMut(Loaded)) {
     }
 }
 
+/// `ADD Xd, Xn, #imm{, LSL #12}` (64-bit, immediate: sf 1, op 0, S 0, `100010`, sh,
+/// imm12, Rn, Rd): `(d, n, imm)`, the shift applied.
+fn add_x_imm(w: u32) -> Option<(Reg, Reg, u64)> {
+    (w & 0xff80_0000 == 0x9100_0000).then(|| {
+        let imm = u64::from((w >> 10) & 0xfff) << if w & (1 << 22) != 0 { 12 } else { 0 };
+        ((w & 31) as Reg, ((w >> 5) & 31) as Reg, imm)
+    })
+}
+
 /// Where a module's PLT entry at `at` (its three words `entry`) goes: the
 /// kernel writes one for each call or tail call of a module that a `BL` or
 /// `B` cannot reach (`get_plt_entry()`, arch/arm64/kernel/module-plts.c):
@@ -641,12 +648,11 @@ pub fn plt_target(entry: [u32; 3], at: u64) -> Option<u64> {
         return None;
     };
     // ADD X16, X16, #imm12 (64-bit, no shift): sf 1, op 0, S 0, `100010`, sh 0.
-    let rn = ((add >> 5) & 31) as Reg;
-    let rd = (add & 31) as Reg;
-    if add & 0xffc0_0000 != 0x9100_0000 || rn != X16 || rd != X16 {
+    // (`get_plt_entry()` adds the low 12 bits, unshifted)
+    let Some((X16, X16, lo12)) = add_x_imm(add).filter(|_| add & (1 << 22) == 0) else {
         return None;
-    }
-    let target = page.wrapping_add(u64::from((add >> 10) & 0xfff));
+    };
+    let target = page.wrapping_add(lo12);
     match decode(br, at.wrapping_add(8)).flow {
         Flow::JmpReg(X16, Pac::None) => Some(target),
         _ => None,
