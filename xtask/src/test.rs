@@ -20,7 +20,8 @@
 //! `--budget SECS` bounds the whole command (CI runs the debug kernel's tests in what is
 //! left of its time): a guest still running when the budget ends is stopped, the tests
 //! it had not reported are counted as skipped and named in the summary, and what did
-//! run is judged as usual.
+//! run is judged as usual. A guest that printed nothing for longer than a test may run
+//! had frozen: its missing tests fail.
 
 use std::io::Write;
 use std::time::Duration;
@@ -424,10 +425,18 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
 
     // 3. summary
     // A guest stopped by the budget (not by a hang: its own timeout was the budget's rest)
-    // is judged on what it reported; its tests not reported are skipped, not failed.
+    // is judged on what it reported; its tests not reported are skipped, not failed. A
+    // guest silent for longer than a test may run had frozen: the runner kills a test at
+    // its timeout and reports it, so that guest's missing tests fail.
+    let frozen_after = Duration::from_secs(u64::from(per_test) + 60);
+    let frozen: Vec<bool> = runs
+        .iter()
+        .map(|r| r.timed_out && r.exit.is_none() && r.silent > frozen_after)
+        .collect();
     let cut: Vec<bool> = runs
         .iter()
-        .map(|r| budget_bound && r.timed_out && r.exit.is_none())
+        .zip(&frozen)
+        .map(|(r, &f)| budget_bound && r.timed_out && r.exit.is_none() && !f)
         .collect();
     let ktaps: Vec<Ktap> = runs
         .iter()
@@ -507,6 +516,18 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
             budget.map_or(0, |b| b.as_secs()),
             not_run.len(),
             if not_run.is_empty() { "(the guest had not listed its tests yet)".to_string() } else { not_run.join(" ") }
+        );
+    }
+    for (i, r) in runs.iter().enumerate().filter(|&(i, _)| frozen[i]) {
+        let guest = if jobs == 1 {
+            String::new()
+        } else {
+            format!(" (guest {})", i + 1)
+        };
+        println!(
+            "selftests{guest}: the guest printed nothing in its last {} s, longer than a test may run ({per_test} s): it froze in {}",
+            r.silent.as_secs(),
+            not_reported(&r.console).first().map_or("(unknown)", String::as_str)
         );
     }
     if !k.started {

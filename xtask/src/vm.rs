@@ -74,6 +74,8 @@ pub struct VmRun {
     /// The guest script's exit status (`None`: the marker never appeared).
     pub exit: Option<i32>,
     pub timed_out: bool,
+    /// How long the guest had printed nothing when it ended (a frozen guest is silent).
+    pub silent: Duration,
     pub console: String,
     pub reports: Vec<Report>,
 }
@@ -274,21 +276,26 @@ pub fn run_script_with(
         append.push(' ');
         append.push_str(extra);
     }
-    let (console, timed_out) =
+    let (console, timed_out, silent) =
         run_streaming(qemu(kdir, initrd, opts, &append, false), opts.timeout, log)?;
     note(format!("console saved to {}", log.display()));
     Ok(VmRun {
         exit: parse_exit(&console),
         timed_out,
+        silent,
         reports: scan::scan(&console),
         console,
     })
 }
 
 /// Run `qemu` with stdin closed, echoing its stdout live, line by line, to our stdout and
-/// into the file `log`, and kill it after `timeout`. Returns the output (`\r` removed) and
-/// whether the timeout killed it.
-fn run_streaming(qemu: duct::Expression, timeout: Duration, log: &Path) -> Result<(String, bool)> {
+/// into the file `log`, and kill it after `timeout`. Returns the output (`\r` removed),
+/// whether the timeout killed it, and how long it had been silent at the end.
+fn run_streaming(
+    qemu: duct::Expression,
+    timeout: Duration,
+    log: &Path,
+) -> Result<(String, bool, Duration)> {
     let mut log_file = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
     let child = &qemu
         .stdin_null()
@@ -297,6 +304,7 @@ fn run_streaming(qemu: duct::Expression, timeout: Duration, log: &Path) -> Resul
         .map_err(|e| format!("cannot run {}: {e}", qemu_binary()))?;
     let (done, finished) = mpsc::channel::<()>();
     let mut output = String::new();
+    let mut last_line = std::time::Instant::now();
     // A watchdog thread kills QEMU at the deadline, which ends the read below with EOF.
     let timed_out = std::thread::scope(|s| {
         let watchdog = s.spawn(move || {
@@ -324,6 +332,7 @@ fn run_streaming(qemu: duct::Expression, timeout: Duration, log: &Path) -> Resul
             let _ = stdout.flush();
             let _ = log_file.write_all(line.as_bytes());
             output.push_str(&line);
+            last_line = std::time::Instant::now();
             buf.clear();
         }
         // After a read error QEMU may still run (after EOF this is a no-op).
@@ -334,7 +343,7 @@ fn run_streaming(qemu: duct::Expression, timeout: Duration, log: &Path) -> Resul
     if !output.ends_with('\n') && !output.is_empty() {
         println!();
     }
-    Ok((output, timed_out))
+    Ok((output, timed_out, last_line.elapsed()))
 }
 
 /// Print the outcome of a script run; returns the exit code for the command.
@@ -464,14 +473,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("console.log");
         let sh = |script: &str| duct::cmd!("sh", "-c", script);
-        let (out, timed_out) =
+        let (out, timed_out, _) =
             run_streaming(sh("printf 'a\\r\\nb'"), Duration::from_secs(60), &log).unwrap();
         assert_eq!((out.as_str(), timed_out), ("a\nb", false));
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "a\nb");
         let start = std::time::Instant::now();
-        let (out, timed_out) =
+        let (out, timed_out, silent) =
             run_streaming(sh("echo x; exec sleep 30"), Duration::from_secs(1), &log).unwrap();
         assert_eq!((out.as_str(), timed_out), ("x\n", true));
+        assert!(silent >= Duration::from_millis(900), "{silent:?}");
         assert!(start.elapsed() < Duration::from_secs(10));
     }
 }
