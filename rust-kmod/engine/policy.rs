@@ -137,6 +137,36 @@ const DENIED: &[&[u8]] = &[
     b"stack_access_ok",
     b"stack_depot_save*",
     b"__stack_depot_*",
+    // The kernel's error reports: printk, and what reports a BUG, a WARN, an oops or a
+    // panic. kprobes prints from its breakpoint handler when a probe is hit inside
+    // another's single step, which it cannot recover from: with a probe of fctrace's on
+    // printk's path, that message hit the probe again, and again, until the stack
+    // overflowed; the overflow's report ran into the same probe on the per-CPU overflow
+    // stack and wrote past its end (on arm64 over the IPI descriptors below it: an oops
+    // in `__ipi_send_mask()`, or both CPUs stuck without a word). Whatever fctrace has
+    // armed, a report must get out.
+    b"*printk*",
+    b"prb_*",
+    b"console_*",
+    b"nbcon_*",
+    b"panic*",
+    b"__warn*",
+    b"report_bug*",
+    b"dump_stack*",
+    b"show_regs",
+    b"__show_regs*",
+    b"die",
+    b"oops_*",
+    // The architectures' own parts of the handlers' path: arm64's clock
+    // (`sched_clock()` reads the counter through a pointer) and code patching, and the
+    // interrupt an irq_work raises on this CPU.
+    b"arch_counter_*",
+    b"aarch64_insn_*",
+    b"smp_cross_call",
+    b"arm64_send_ipi",
+    b"__ipi_send_*",
+    b"gic_ipi_send_*",
+    b"*send_IPI_self",
     // The debug instrumentation is denied too (see `INSTRUMENTATION`, which `is_denied`
     // also checks): it runs from fctrace's own handlers, a reentrancy hazard when probed.
 ];
