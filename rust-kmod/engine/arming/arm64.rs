@@ -46,6 +46,7 @@ pub(super) fn scan_sites(
     sym: &mut SymBuf,
     mut f: impl FnMut(u32, SiteKind),
 ) -> core::result::Result<(u64, u64), Reason> {
+    let size = size.saturating_sub(ops_literal_before(start.saturating_add(size)));
     let bound = start.saturating_add(size.min(code.len() as u64));
     let sym = RefCell::new(sym);
     // (Outside the function: the live words of a veneer it may detour through.)
@@ -233,6 +234,21 @@ pub(super) fn trivial_callee(callee: u64, sym: &mut SymBuf) -> bool {
         *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     }
     a64::trivial_leaf(&words[..len / 4])
+}
+
+/// The bytes before the function at `next` that belong to no function's code. With
+/// `DYNAMIC_FTRACE_WITH_CALL_OPS` (Debian's arm64 kernels) the 8 bytes before a function
+/// with an ftrace site hold the address of the `ftrace_ops` its site calls, which ftrace
+/// rewrites as tracers come and go. Scanned as the end of the function before, a pointer
+/// there that read as a branch was probed: the kprobe's `BRK` went into the pointer, and
+/// the next call of the function took `ftrace_caller()` to `0x..._d4200080` (an oops
+/// under `tomoyo_encode2()`).
+fn ops_literal_before(next: u64) -> u64 {
+    if cfg!(CONFIG_DYNAMIC_FTRACE_WITH_CALL_OPS) && ftrace_site(next).is_some() {
+        8
+    } else {
+        0
+    }
 }
 
 /// The ftrace site of the function whose first words are `code` (at `start`): the address
