@@ -428,7 +428,7 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
     // is judged on what it reported; its tests not reported are skipped, not failed. A
     // guest silent for longer than a test may run had frozen: the runner kills a test at
     // its timeout and reports it, so that guest's missing tests fail.
-    let frozen_after = Duration::from_secs(u64::from(per_test) + 60);
+    let frozen_after = Duration::from_secs(u64::from(longest_test_timeout(per_test, debug)) + 60);
     let frozen: Vec<bool> = runs
         .iter()
         .map(|r| r.timed_out && r.exit.is_none() && r.silent > frozen_after)
@@ -525,7 +525,7 @@ fn cmd_one(args: TestArgs, host: bool, expect: &[&str]) -> Result<i32> {
             format!(" (guest {})", i + 1)
         };
         println!(
-            "selftests{guest}: the guest printed nothing in its last {} s, longer than a test may run ({per_test} s): it froze in {}",
+            "selftests{guest}: the guest printed nothing in its last {} s, longer than any test may run and a minute: it froze in {}",
             r.silent.as_secs(),
             not_reported(&r.console).first().map_or("(unknown)", String::as_str)
         );
@@ -688,6 +688,47 @@ impl Ktap {
     }
 }
 
+/// The longest any selftest may run in the guest: `per_test`, or a longer `# timeout:`
+/// line of a test (on the debug kernel, `# debug-timeout:` lines too), as `fctracetest`
+/// gives them.
+fn longest_test_timeout(per_test: u32, debug: bool) -> u32 {
+    fn walk(dir: &std::path::Path, out: &mut Vec<String>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for p in rd.filter_map(|e| e.ok().map(|e| e.path())) {
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|e| e == "tc") {
+                out.extend(std::fs::read_to_string(&p).ok());
+            }
+        }
+    }
+    let mut tests = Vec::new();
+    walk(&repo_root().join("selftests/test.d"), &mut tests);
+    tests
+        .iter()
+        .map(|t| test_timeout_of(t, per_test, debug))
+        .max()
+        .unwrap_or(per_test)
+}
+
+/// The timeout `fctracetest` gives the test whose text is `text`: `per_test`, or its
+/// `# timeout:` if longer, and on the debug kernel its `# debug-timeout:` if longer still.
+fn test_timeout_of(text: &str, per_test: u32, debug: bool) -> u32 {
+    let declared = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    let t = per_test.max(declared("# timeout:"));
+    if debug {
+        t.max(declared("# debug-timeout:"))
+    } else {
+        t
+    }
+}
+
 /// The tests of the console's last run that `fctracetest` planned (its `# planned:` line)
 /// but did not report a result for, in order.
 pub fn not_reported(console: &str) -> Vec<String> {
@@ -784,6 +825,18 @@ pub fn parse_ktap(console: &str) -> Ktap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_timeouts_as_fctracetest_gives_them() {
+        let t = "#!/bin/sh\n# description: x\n# timeout: 300\n# debug-timeout: 2400\n";
+        assert_eq!(test_timeout_of(t, 120, false), 300);
+        assert_eq!(test_timeout_of(t, 600, false), 600);
+        assert_eq!(test_timeout_of(t, 1200, true), 2400);
+        assert_eq!(test_timeout_of("# description: y\n", 120, true), 120);
+        // The selftests declare longer ones than the lab kernel's default.
+        assert!(longest_test_timeout(120, false) >= 300);
+        assert!(longest_test_timeout(1200, true) >= 2400);
+    }
 
     const RUN: &str = "\
 [    1.0] boot
