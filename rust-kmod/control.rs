@@ -409,34 +409,19 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
 }
 
 /// Applies a write of `data` to `id`. `append`: the write adds to a list file's list.
-/// A refused write that said nothing of its own in `error_log` gets a line there.
+/// A refused write that said nothing of its own in `error_log` gets a line there (one a
+/// signal interrupted while it waited for the mutex was not refused: it changed nothing,
+/// and is restarted or fails with `EINTR`).
 pub(crate) fn write(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
     let logged = tr.errors.lock().added();
     let r = write_file(tr, id, data, append);
     if let Err(e) = r {
-        if tr.errors.lock().added() == logged {
+        if e != ERESTARTSYS && tr.errors.lock().added() == logged {
             tr.log(format_args!(
                 "{}: '{}' refused ({:?})",
                 file_name(id),
                 Quoted(data),
                 e
-            ));
-        }
-    }
-    if matches!(
-        id,
-        FileId::TracingOn | FileId::StartFunction | FileId::Filter
-    ) {
-        // What reads show (they do not wait for the tracer's mutex); also after a
-        // failed write, which restored the old values. Without memory for the copy,
-        // reads show the old filter until the next write: said in `error_log`, and the
-        // write itself stands.
-        let inner = tr.lock();
-        let shown = tr.publish_shown(&inner);
-        drop(inner);
-        if shown.is_err() {
-            tr.log(format_args!(
-                "filter: no memory to copy the patterns for reading; reads show the old ones"
             ));
         }
     }
@@ -490,7 +475,10 @@ fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
             if on {
                 refuse_if_locked_down(tr, "tracing_on")?;
             }
-            let mut inner = tr.lock();
+            let mut inner = tr.lock_interruptible()?;
+            // What reads show (they do not wait for the mutex): published as the mutex
+            // is released, also after a failed write, which restored the old values.
+            inner.shown_dirty = true;
             let was = inner.tracing_on;
             inner.tracing_on = on;
             if !on {
@@ -536,14 +524,25 @@ fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
                     ))
                 })?;
             }
-            set.set_option(opt, on);
-            if opt == OptionName::Irqs && on {
-                // Tracing may be on already: hook the interrupt entries now.
-                tr.add_irq_roots(&mut tr.lock());
-            }
             if opt == OptionName::Args && on {
-                // The BTF, and the specs of the functions known so far.
-                tr.args_on();
+                tr.load_btf();
+            }
+            // Taken before the option changes: a signal that ends the wait leaves it as
+            // it was.
+            let mut held = if on && matches!(opt, OptionName::Irqs | OptionName::Args) {
+                Some(tr.lock_interruptible()?)
+            } else {
+                None
+            };
+            set.set_option(opt, on);
+            if let Some(inner) = held.as_mut() {
+                if opt == OptionName::Irqs {
+                    // Tracing may be on already: hook the interrupt entries now.
+                    tr.add_irq_roots(inner);
+                } else {
+                    // The specs of the functions known so far.
+                    tr.args_on(inner);
+                }
             }
             Ok(())
         }
@@ -567,7 +566,7 @@ fn write_kworkers(tr: &Tracer, on: bool) -> Result {
     if on {
         refuse_if_locked_down(tr, "options")?;
     }
-    let mut inner = tr.lock();
+    let mut inner = tr.lock_interruptible()?;
     let was = set.option(OptionName::Kworkers);
     if on == was {
         return Ok(());
@@ -618,7 +617,7 @@ fn write_set_pid(tr: &Tracer, data: &[u8], append: bool) -> Result {
     let n = parse::parse_pids(data, &mut pids).map_err(errno)?;
     let mut tgids = [0u32; MAX_PIDS];
     let mut m = 0;
-    let mut inner = tr.lock();
+    let mut inner = tr.lock_interruptible()?;
     if append {
         for t in tr.traced.iter() {
             let t = t.load(Ordering::Relaxed);
@@ -750,7 +749,8 @@ fn write_start(tr: &Tracer, data: &[u8]) -> Result {
             Some(a)
         }
     };
-    let mut inner = tr.lock();
+    let mut inner = tr.lock_interruptible()?;
+    inner.shown_dirty = true;
     if tr.active.load(Ordering::Acquire) {
         refuse_if_locked_down(tr, "start_function")?;
     }
@@ -824,7 +824,8 @@ fn write_filter(tr: &Tracer, data: &[u8], append: bool) -> Result {
         Ok(g)
     };
     let mut new: KVec<(bool, KVec<u8>)> = KVec::new();
-    let mut inner = tr.lock();
+    let mut inner = tr.lock_interruptible()?;
+    inner.shown_dirty = true;
     if append {
         for p in inner.filter_patterns() {
             new.push((p.negate, copy(p.glob)?), GFP_KERNEL)?;

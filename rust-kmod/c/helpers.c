@@ -8,6 +8,7 @@
 #include <linux/kallsyms.h>
 #include <linux/kobject.h>
 #include <linux/module.h>
+#include <linux/mutex.h>
 #include <linux/once.h>
 #include <linux/random.h>
 #include <linux/ring_buffer.h>
@@ -231,6 +232,32 @@ void fctrace_bp_lost(void)
 {
 	WARN_ONCE(1, "fctrace: a task sent to wait for arming has nowhere to go on: %s/%d killed\n",
 		  current->comm, current->pid);
+}
+
+/*
+ * The tracer's mutex (sys::TracerMutex, one tracer at a time): the kernel's mutex with
+ * the waits 6.12's kernel::sync::Mutex has no way to: interruptible, and a try.
+ */
+static DEFINE_MUTEX(fctrace_tracer_mutex);
+
+void fctrace_tracer_lock(void)
+{
+	mutex_lock(&fctrace_tracer_mutex);
+}
+
+int fctrace_tracer_lock_interruptible(void)
+{
+	return mutex_lock_interruptible(&fctrace_tracer_mutex);
+}
+
+bool fctrace_tracer_trylock(void)
+{
+	return mutex_trylock(&fctrace_tracer_mutex);
+}
+
+void fctrace_tracer_unlock(void)
+{
+	mutex_unlock(&fctrace_tracer_mutex);
 }
 
 void fctrace_sleep_idle(unsigned int ms)

@@ -204,6 +204,11 @@ void fctrace_module_text_gone(unsigned long start, unsigned long end);
 void fctrace_module_text_coming(unsigned long start, unsigned long end);
 /* Sleeps ms milliseconds in TASK_IDLE (no hung-task report, no signal wakes it). */
 void fctrace_sleep_idle(unsigned int ms);
+/* The tracer's mutex: lock, lock unless a signal comes first (-EINTR), try, unlock. */
+void fctrace_tracer_lock(void);
+int fctrace_tracer_lock_interruptible(void);
+bool fctrace_tracer_trylock(void);
+void fctrace_tracer_unlock(void);
 /*
  * ftrace's recursion protection around fctrace_return's handler, as ftrace callbacks
  * have: functions it calls are not traced by function_graph for this task meanwhile.

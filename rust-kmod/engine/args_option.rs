@@ -5,7 +5,7 @@
 //! arming), the argument records the handlers write, and what readers write with them.
 //! The rules and the formatting are `crates/fctrace-core/src/args.rs`.
 
-use super::Tracer;
+use super::{Tracer, TracerInner};
 use crate::args::{
     self, ArgArea, PendingArgs, ValueOpts, ARG_REGS, ARG_STRS, SPEC_KNOWN, STR_CUT, STR_UNREADABLE,
     STR_WHOLE,
@@ -308,10 +308,9 @@ impl Drop for BtfSlot {
 }
 
 impl Tracer {
-    /// The `args` option was set: reads the BTF if not done yet (a kernel without BTF:
-    /// one `error_log` line, and raw registers), and gives the functions known so far
-    /// their spec. With the mutex not held; sleeps.
-    pub(crate) fn args_on(&self) {
+    /// The `args` option is being set: reads the BTF if not done yet (a kernel without
+    /// BTF: one `error_log` line, and raw registers). With the mutex not held; sleeps.
+    pub(crate) fn load_btf(&self) {
         if self.btf.get().is_none() {
             match KernelBtf::load() {
                 Ok(b) => self.btf.set(b),
@@ -322,7 +321,11 @@ impl Tracer {
                 )),
             }
         }
-        let _inner = self.lock();
+    }
+
+    /// The `args` option was set: gives the functions known so far their spec. With the
+    /// mutex held (`_inner`).
+    pub(crate) fn args_on(&self, _inner: &TracerInner) {
         let Ok(mut sym) = SymBuf::new() else { return };
         self.table.for_each(|id, func| {
             let spec = self.arg_spec(func, &mut sym);

@@ -66,9 +66,9 @@ use crate::thunks::Thunks;
 use core::pin::Pin;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use kernel::alloc::KVec;
+use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::sync::Mutex;
-use kernel::{new_mutex, sync::lock};
 
 pub(crate) use crate::shadow::MAX_FRAMES;
 /// Threads that can be inside a trace at once.
@@ -90,6 +90,14 @@ pub(crate) const DEFAULT_ARM_WAIT_MS: u32 = 10_000;
 pub(crate) const DEFAULT_DISARM_AFTER_S: u32 = 30;
 /// Default ring buffer size per CPU, in KiB.
 pub(crate) const DEFAULT_BUFFER_KB: u64 = 1024;
+
+/// The work items a holder of the tracer's mutex queues again when it releases it: they
+/// found it taken (see [`Tracer::lock_or_defer`]).
+pub(crate) const DEFER_SYNC: u32 = 1;
+pub(crate) const DEFER_REAP: u32 = 2;
+pub(crate) const DEFER_OPTIMIZE: u32 = 4;
+/// In how long the deferred delayed work items run.
+const DEFERRED_WORK_MS: u32 = 10;
 
 /// The single instance, for the C callbacks.
 static TRACER: AtomicPtr<Tracer> = AtomicPtr::new(core::ptr::null_mut());
@@ -253,6 +261,9 @@ fn load_kernel(addr: u64, size: u8) -> Option<u64> {
 pub(crate) struct TracerInner {
     /// `tracing_on`.
     pub(crate) tracing_on: bool,
+    /// A write changed what reads of `tracing_on`, `start_function` or `filter` show: the
+    /// guard publishes it (`Tracer::publish_shown`) before it releases the mutex.
+    pub(crate) shown_dirty: bool,
     /// The module holds a reference to itself ([`sys::module_get`]): from activation
     /// until tracing stopped and no hooked return is left to come back through
     /// `fctrace_return` (another tracer's return hook may hold one after fctrace could
@@ -291,6 +302,7 @@ impl TracerInner {
     fn new() -> Self {
         TracerInner {
             tracing_on: true,
+            shown_dirty: false,
             pinned: false,
             #[cfg(target_arch = "aarch64")]
             resume: None,
@@ -329,8 +341,7 @@ pub(crate) struct Shown {
 #[pin_data]
 pub(crate) struct Tracer {
     /// Settings and armed probes; taken by control-file writes and by the arming path.
-    #[pin]
-    inner: Mutex<TracerInner>,
+    inner: sys::TracerMutex<TracerInner>,
     /// Lines for `error_log`.
     #[pin]
     pub(crate) errors: Mutex<ErrorLog>,
@@ -339,6 +350,9 @@ pub(crate) struct Tracer {
     pub(crate) shown: Mutex<Shown>,
     /// Threads holding `inner` or waiting for it (see [`Tracer::module_text_gone`]).
     lockers: AtomicU32,
+    /// The work items that found the mutex taken (`DEFER_*`): the holder queues them
+    /// again when it releases it (see [`Tracer::lock_or_defer`]).
+    deferred: AtomicU32,
     /// Module text going away, never armed (see `going.rs`).
     pub(crate) going: crate::going::GoingText,
     pub(crate) buf: Buffer,
@@ -406,10 +420,9 @@ pub(crate) struct Tracer {
 /// On release it publishes the number of armed functions to `Stats::funcs_armed`, and
 /// of pre-site probes kprobes has optimized to `Stats::presites_optimized`.
 pub(crate) struct Guard<'a> {
-    guard: core::mem::ManuallyDrop<lock::Guard<'a, TracerInner, lock::mutex::MutexBackend>>,
+    guard: core::mem::ManuallyDrop<sys::TracerMutexGuard<'a, TracerInner>>,
     nofs: core::mem::ManuallyDrop<sys::NoFs>,
-    stats: &'a Stats,
-    lockers: &'a AtomicU32,
+    tr: &'a Tracer,
 }
 
 impl core::ops::Deref for Guard<'_> {
@@ -428,7 +441,8 @@ impl core::ops::DerefMut for Guard<'_> {
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
         let funcs = &self.guard.funcs;
-        self.stats
+        self.tr
+            .stats
             .funcs_armed
             .store(funcs.len() as u64, Ordering::Relaxed);
         let (mut pre, mut optimized, mut blocked) = (0, 0, 0);
@@ -443,8 +457,9 @@ impl Drop for Guard<'_> {
                 optimized += u64::from(p.is_optimized());
             }
         }
-        self.stats.postsites.store(post, Ordering::Relaxed);
-        self.stats
+        self.tr.stats.postsites.store(post, Ordering::Relaxed);
+        self.tr
+            .stats
             .postsites_optimized
             .store(post_optimized, Ordering::Relaxed);
         blocked += self
@@ -453,41 +468,127 @@ impl Drop for Guard<'_> {
             .iter()
             .filter(|p| p.is_blocked())
             .count() as u64;
-        self.stats.probe_blockers.store(blocked, Ordering::Relaxed);
-        self.stats.presites.store(pre, Ordering::Relaxed);
+        self.tr
+            .stats
+            .probe_blockers
+            .store(blocked, Ordering::Relaxed);
+        self.tr.stats.presites.store(pre, Ordering::Relaxed);
         let entry_optimized = self
             .guard
             .static_hooks
             .iter()
             .filter(|p| p.is_registered() && p.is_optimized())
             .count();
-        self.stats
+        self.tr
+            .stats
             .entry_probes_optimized
             .store(entry_optimized as u64, Ordering::Relaxed);
-        self.stats
+        self.tr
+            .stats
             .presites_optimized
             .store(optimized, Ordering::Relaxed);
+        if self.guard.shown_dirty {
+            self.guard.shown_dirty = false;
+            // Without memory for the copy, reads show the old filter until the next
+            // write: said in `error_log`, and the write itself stands.
+            if self.tr.publish_shown(&self.guard).is_err() {
+                self.tr.log(format_args!(
+                    "filter: no memory to copy the patterns for reading; reads show the old \
+                     ones"
+                ));
+            }
+        }
         // SAFETY: `guard` is dropped exactly once, here, and not used afterwards.
         unsafe { core::mem::ManuallyDrop::drop(&mut self.guard) };
         // SAFETY: `nofs` is dropped exactly once, here, after the mutex is released, and
         // not used afterwards.
         unsafe { core::mem::ManuallyDrop::drop(&mut self.nofs) };
-        self.lockers.fetch_sub(1, Ordering::SeqCst);
+        self.tr.lockers.fetch_sub(1, Ordering::SeqCst);
+        // After the release (full barrier): a work item that failed to take the mutex
+        // and then set its bit either took it on its second try or is queued here.
+        let d = self.tr.deferred.swap(0, Ordering::SeqCst);
+        if d & DEFER_SYNC != 0 {
+            sys::schedule_sync();
+        }
+        if d & DEFER_REAP != 0 {
+            sys::schedule_reap(DEFERRED_WORK_MS);
+        }
+        if d & DEFER_OPTIMIZE != 0 {
+            sys::schedule_optimize(DEFERRED_WORK_MS, false);
+        }
     }
 }
 
 impl Tracer {
-    /// Takes the mutex (see [`Guard`]).
+    /// Takes the mutex (see [`Guard`]), waiting as long as it takes.
     pub(crate) fn lock(&self) -> Guard<'_> {
-        // Counted before the mutex is taken, with a full barrier: a module going away
-        // either sees this holder or is seen by what it arms (`module_text_gone`).
+        let nofs = self.count_locker();
+        self.guard(self.inner.lock(), nofs)
+    }
+
+    /// Takes the mutex for a control-file write: a signal ends the wait (`ERESTARTSYS`),
+    /// as it ends other waits of a system call; nothing was changed then. (Each write
+    /// that re-arms holds the mutex for a while: seconds on a slow kernel, and a write
+    /// may queue behind several.)
+    pub(crate) fn lock_interruptible(&self) -> Result<Guard<'_>> {
+        let nofs = self.count_locker();
+        match self.inner.lock_interruptible() {
+            Ok(g) => Ok(self.guard(g, nofs)),
+            Err(e) => {
+                self.uncount_locker(nofs);
+                Err(e)
+            }
+        }
+    }
+
+    /// For a work item: takes the mutex if it is free; else sets `bit` (`DEFER_*`) for the
+    /// holder to queue the work item again when it releases it, and returns `None`. Work
+    /// items never wait behind control-file writes (seconds each on a slow kernel), and
+    /// so never park a worker for that long.
+    pub(crate) fn lock_or_defer(&self, bit: u32) -> Option<Guard<'_>> {
+        if let Some(g) = self.try_lock() {
+            return Some(g);
+        }
+        self.deferred.fetch_or(bit, Ordering::SeqCst);
+        // The holder may have released the mutex before it saw the bit: try once more.
+        // (Taken now, the bit stays: the work item runs once more, and finds nothing.)
+        self.try_lock()
+    }
+
+    fn try_lock(&self) -> Option<Guard<'_>> {
+        let nofs = self.count_locker();
+        match self.inner.try_lock() {
+            Some(g) => Some(self.guard(g, nofs)),
+            None => {
+                self.uncount_locker(nofs);
+                None
+            }
+        }
+    }
+
+    /// Counted before the mutex is taken, with a full barrier: a module going away either
+    /// sees this holder or is seen by what it arms (`module_text_gone`). The `NoFs` scope
+    /// begins before the wait.
+    fn count_locker(&self) -> sys::NoFs {
         self.lockers.fetch_add(1, Ordering::SeqCst);
-        let nofs = core::mem::ManuallyDrop::new(sys::NoFs::new());
+        sys::NoFs::new()
+    }
+
+    /// The mutex was not taken after all.
+    fn uncount_locker(&self, nofs: sys::NoFs) {
+        drop(nofs);
+        self.lockers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn guard<'a>(
+        &'a self,
+        g: sys::TracerMutexGuard<'a, TracerInner>,
+        nofs: sys::NoFs,
+    ) -> Guard<'a> {
         Guard {
-            guard: core::mem::ManuallyDrop::new(self.inner.lock()),
-            nofs,
-            stats: &self.stats,
-            lockers: &self.lockers,
+            guard: core::mem::ManuallyDrop::new(g),
+            nofs: core::mem::ManuallyDrop::new(nofs),
+            tr: self,
         }
     }
 
@@ -836,9 +937,10 @@ impl TracerHandle {
         let returns = returns::Returns::new()?;
         let buf = Buffer::new(DEFAULT_BUFFER_KB * 1024)?;
         let reading = ReadState::new(Pending::new()?)?;
+        let inner = sys::TracerMutex::new(TracerInner::new())?;
         let tracer = KBox::pin_init(
             pin_init!(Tracer {
-                inner <- new_mutex!(TracerInner::new()),
+                inner,
                 errors <- new_mutex!(ErrorLog::new()),
                 shown <- new_mutex!(Shown {
                     tracing_on: true,
@@ -869,6 +971,7 @@ impl TracerHandle {
                 stats: Stats::default(),
                 btf: BtfSlot::new(),
                 lockers: AtomicU32::new(0),
+                deferred: AtomicU32::new(0),
                 going: crate::going::GoingText::new(),
             }),
             GFP_KERNEL,

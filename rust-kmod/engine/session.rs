@@ -11,7 +11,7 @@ use super::policy::IRQ_ROOTS;
 use super::table::FuncState;
 use super::tree::Ctx;
 use super::wait::wake_armed;
-use super::{clock_ns, timed, tracer, Tracer, TracerInner};
+use super::{clock_ns, timed, tracer, Tracer, TracerInner, DEFER_OPTIMIZE, DEFER_REAP};
 use crate::kprobe::{Batch, Probe};
 use crate::ksym::{addr_of, resolve, SymBuf};
 use crate::parse::{self, FilterVerdict, OptionName};
@@ -435,7 +435,9 @@ impl Tracer {
     /// [`Tracer::schedule_reap`]).
     fn reap_idle(&self) {
         let after = u64::from(self.settings.disarm_after_s.load(Ordering::Relaxed));
-        let mut inner = self.lock();
+        let Some(mut inner) = self.lock_or_defer(DEFER_REAP) else {
+            return;
+        };
         if !self.active.load(Ordering::Acquire) {
             self.unpin_when_returned(&mut inner);
             return;
@@ -492,7 +494,9 @@ impl Tracer {
     /// what is optimized (`stats`): when blockers went, the work item comes back once more
     /// to publish it (it finds no blocker then, and stops).
     fn release_blockers(&self) {
-        let mut inner = self.lock();
+        let Some(mut inner) = self.lock_or_defer(DEFER_OPTIMIZE) else {
+            return;
+        };
         self.blockers_since.store(0, Ordering::Release);
         // The entry hooks deferred meanwhile (see `arm_as`) too, in one update.
         self.flush_deferred_hooks(&mut inner);

@@ -20,6 +20,7 @@ use kernel::prelude::*;
 
 use crate::bindings;
 
+mod mutex;
 mod notifier;
 mod own;
 mod regs;
@@ -37,6 +38,7 @@ pub(crate) use regs::{Regs, PC_OFFSET};
 pub(crate) use series::{truncate, user_slice, HARDIRQ_STACK_PTR};
 pub(crate) use stack::*;
 
+pub(crate) use mutex::{TracerMutex, TracerMutexGuard};
 pub(crate) use notifier::{modules_gone, ModuleWatch};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use notifier::{Chain, DieArgs, Notifier, NotifierBlock};

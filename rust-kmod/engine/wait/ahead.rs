@@ -192,7 +192,20 @@ impl Tracer {
         let mut next = 0;
         let mut cut = false;
         while let Some(&(t, level)) = todo.get(next) {
-            let mut inner = self.lock();
+            let Some(mut inner) = self.lock_or_defer(DEFER_SYNC) else {
+                // A control-file write has the mutex: the queued functions not armed yet
+                // go back to the queue, and the round (the start round too) goes on when
+                // the writer releases the mutex (it queues this work item again).
+                for &(f, l) in todo.iter().skip(next) {
+                    if l == 0 {
+                        let _ = put_once(&self.waits.wanted, f);
+                    }
+                }
+                if start {
+                    self.waits.start_round.store(true, Ordering::Release);
+                }
+                return;
+            };
             // Tasks waiting in the trampoline go first.
             self.serve_requests(&mut inner);
             // Stop as soon as no traced process is left (its exit queued this work item
@@ -255,13 +268,15 @@ impl Tracer {
         // task entered them in atomic context near a closure's edge, see `entry.rs`) have
         // the levels below them armed, and are not queued again.
         if !cut && todo.len() < AHEAD_WALK && AHEAD_DEPTH >= MIN_BELOW {
-            let inner = self.lock();
-            for &(t, level) in todo.iter() {
-                if level == 0 && self.table.lookup(t) == FuncState::Armed {
-                    self.table.set_below(t, MIN_BELOW, true);
+            // (Not done when a writer has the mutex: they are queued again, no more.)
+            if let Some(inner) = self.try_lock() {
+                for &(t, level) in todo.iter() {
+                    if level == 0 && self.table.lookup(t) == FuncState::Armed {
+                        self.table.set_below(t, MIN_BELOW, true);
+                    }
                 }
+                drop(inner);
             }
-            drop(inner);
         }
         if start {
             self.stats

@@ -15,7 +15,9 @@ mod work;
 
 use super::table::{FuncState, HOOK_ENTRY, HOOK_PROBE};
 use super::tree::TaskData;
-use super::{clock_ns, kernel_text, read_word, this_cpu, tracer, Tracer, TracerInner, MAX_TASKS};
+use super::{
+    clock_ns, kernel_text, read_word, this_cpu, tracer, Tracer, TracerInner, DEFER_SYNC, MAX_TASKS,
+};
 use crate::emulate;
 use crate::ksym::SymBuf;
 use crate::parse::OptionName;

@@ -25,7 +25,9 @@ impl Tracer {
 
     /// The work of [`Tracer::sync_work`].
     pub(super) fn sync_pass(&self) {
-        let mut inner = self.lock();
+        let Some(mut inner) = self.lock_or_defer(DEFER_SYNC) else {
+            return;
+        };
         if self.stop_if_inconsistent(&mut inner) || !self.active.load(Ordering::Acquire) {
             return;
         }
@@ -38,7 +40,9 @@ impl Tracer {
         drop(inner);
         self.arm_ahead();
         self.waits.ahead_busy.store(false, Ordering::Release);
-        let mut inner = self.lock();
+        let Some(mut inner) = self.lock_or_defer(DEFER_SYNC) else {
+            return;
+        };
         if self.active.load(Ordering::Acquire) && !self.tracing_wanted() {
             self.deactivate(&mut inner);
         }
