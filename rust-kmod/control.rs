@@ -5,7 +5,7 @@
 //! A write is parsed completely before anything changes: bad input gets an errno, an
 //! `error_log` line for what the errno cannot say, and leaves the state as it was.
 
-use crate::engine::{Tracer, TracerInner, MAX_FRAMES, MAX_MAX_PROBES, MAX_PIDS};
+use crate::engine::{Tracer, TracerInner, Wait, MAX_FRAMES, MAX_MAX_PROBES, MAX_PIDS};
 use crate::ksym::{probeable, resolve, SymBuf};
 use crate::parse::{self, ListKind, OptionName, ParseError, Symbol, OPTIONS};
 use crate::record::Reason;
@@ -409,12 +409,13 @@ fn render_stats(tr: &Tracer, t: &mut Text) -> core::fmt::Result {
 }
 
 /// Applies a write of `data` to `id`. `append`: the write adds to a list file's list.
-/// A refused write that said nothing of its own in `error_log` gets a line there (one a
-/// signal interrupted while it waited for the mutex was not refused: it changed nothing,
-/// and is restarted or fails with `EINTR`).
-pub(crate) fn write(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
+/// `wait`: how it waits for the tracer's mutex (a write at close, `Uninterruptible`,
+/// cannot be restarted). A refused write that said nothing of its own in `error_log` gets
+/// a line there (one a signal interrupted while it waited for the mutex was not refused:
+/// it changed nothing, and is restarted or fails with `EINTR`).
+pub(crate) fn write(tr: &Tracer, id: FileId, data: &[u8], append: bool, wait: Wait) -> Result {
     let logged = tr.errors.lock().added();
-    let r = write_file(tr, id, data, append);
+    let r = write_file(tr, id, data, append, wait);
     if let Err(e) = r {
         if e != ERESTARTSYS && tr.errors.lock().added() == logged {
             tr.log(format_args!(
@@ -428,15 +429,15 @@ pub(crate) fn write(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Resul
     r
 }
 
-fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
+fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool, wait: Wait) -> Result {
     if data.len() > MAX_WRITE {
         return Err(EINVAL);
     }
     let set = &tr.settings;
     match id {
-        FileId::SetPid => write_set_pid(tr, data, append),
-        FileId::StartFunction => write_start(tr, data),
-        FileId::Filter => write_filter(tr, data, append),
+        FileId::SetPid => write_set_pid(tr, data, append, wait),
+        FileId::StartFunction => write_start(tr, data, wait),
+        FileId::Filter => write_filter(tr, data, append, wait),
         FileId::MaxDepth => {
             let v = parse::parse_range(data, 0, MAX_FRAMES as u64 - 1).map_err(errno)?;
             set.max_depth.store(v as u32, Ordering::Relaxed);
@@ -475,7 +476,7 @@ fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
             if on {
                 refuse_if_locked_down(tr, "tracing_on")?;
             }
-            let mut inner = tr.lock_interruptible()?;
+            let mut inner = tr.lock_for(wait)?;
             // What reads show (they do not wait for the mutex): published as the mutex
             // is released, also after a failed write, which restored the old values.
             inner.shown_dirty = true;
@@ -512,7 +513,7 @@ fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
                 refuse_if_locked_down(tr, "options")?;
             }
             if opt == OptionName::Kworkers {
-                return write_kworkers(tr, on);
+                return write_kworkers(tr, on, wait);
             }
             // Arguments are the kernel's data (strings, values): not under lockdown,
             // tracing or not.
@@ -530,7 +531,7 @@ fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
             // Taken before the option changes: a signal that ends the wait leaves it as
             // it was.
             let mut held = if on && matches!(opt, OptionName::Irqs | OptionName::Args) {
-                Some(tr.lock_interruptible()?)
+                Some(tr.lock_for(wait)?)
             } else {
                 None
             };
@@ -561,12 +562,12 @@ fn write_file(tr: &Tracer, id: FileId, data: &[u8], append: bool) -> Result {
 /// `kworkers` or `nokworkers` written to `options`: with the mutex held throughout (a
 /// start function cleared meanwhile would leave workers traced from all system calls),
 /// tracing starts, or stops when nobody is left to trace; on failure nothing changed.
-fn write_kworkers(tr: &Tracer, on: bool) -> Result {
+fn write_kworkers(tr: &Tracer, on: bool, wait: Wait) -> Result {
     let set = &tr.settings;
     if on {
         refuse_if_locked_down(tr, "options")?;
     }
-    let mut inner = tr.lock_interruptible()?;
+    let mut inner = tr.lock_for(wait)?;
     let was = set.option(OptionName::Kworkers);
     if on == was {
         return Ok(());
@@ -612,12 +613,12 @@ fn write_kworkers(tr: &Tracer, on: bool) -> Result {
     Ok(())
 }
 
-fn write_set_pid(tr: &Tracer, data: &[u8], append: bool) -> Result {
+fn write_set_pid(tr: &Tracer, data: &[u8], append: bool, wait: Wait) -> Result {
     let mut pids = [0u32; MAX_PIDS];
     let n = parse::parse_pids(data, &mut pids).map_err(errno)?;
     let mut tgids = [0u32; MAX_PIDS];
     let mut m = 0;
-    let mut inner = tr.lock_interruptible()?;
+    let mut inner = tr.lock_for(wait)?;
     if append {
         for t in tr.traced.iter() {
             let t = t.load(Ordering::Relaxed);
@@ -702,7 +703,7 @@ fn write_set_pid(tr: &Tracer, data: &[u8], append: bool) -> Result {
     })
 }
 
-fn write_start(tr: &Tracer, data: &[u8]) -> Result {
+fn write_start(tr: &Tracer, data: &[u8], wait: Wait) -> Result {
     let start = match parse::parse_symbol(data).map_err(errno)? {
         Symbol::None => None,
         Symbol::Name(n) => {
@@ -749,7 +750,7 @@ fn write_start(tr: &Tracer, data: &[u8]) -> Result {
             Some(a)
         }
     };
-    let mut inner = tr.lock_interruptible()?;
+    let mut inner = tr.lock_for(wait)?;
     inner.shown_dirty = true;
     if tr.active.load(Ordering::Acquire) {
         refuse_if_locked_down(tr, "start_function")?;
@@ -817,14 +818,14 @@ fn change_armed<T>(
     Ok(())
 }
 
-fn write_filter(tr: &Tracer, data: &[u8], append: bool) -> Result {
+fn write_filter(tr: &Tracer, data: &[u8], append: bool, wait: Wait) -> Result {
     let copy = |glob: &[u8]| -> Result<KVec<u8>> {
         let mut g = KVec::new();
         g.extend_from_slice(glob, GFP_KERNEL)?;
         Ok(g)
     };
     let mut new: KVec<(bool, KVec<u8>)> = KVec::new();
-    let mut inner = tr.lock_interruptible()?;
+    let mut inner = tr.lock_for(wait)?;
     inner.shown_dirty = true;
     if append {
         for p in inner.filter_patterns() {

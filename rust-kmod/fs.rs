@@ -13,7 +13,7 @@
 
 use crate::bindings;
 use crate::control::{self, file_by_ino, FileId, OpenFile, FILES};
-use crate::engine::{tracer, Tracer};
+use crate::engine::{tracer, Tracer, Wait};
 use crate::parse;
 use crate::reader::{self, TraceReader, READ_CHUNK};
 use crate::sys;
@@ -341,7 +341,7 @@ impl FileKind for ControlFile {
         s.tried = true;
         let append = file.append || s.taken;
         let Some(kind) = control::list_kind(file.id) else {
-            control::write(tr, file.id, input, append)?;
+            control::write(tr, file.id, input, append, Wait::Interruptible)?;
             s.taken = true;
             return Ok(());
         };
@@ -361,7 +361,7 @@ impl FileKind for ControlFile {
         held.extend_from_slice(rest, GFP_KERNEL)?;
         // An empty write (nothing held either) clears the list, as `echo > set_pid` does.
         if !now.is_empty() || text.is_empty() {
-            control::write(tr, file.id, now, append)?;
+            control::write(tr, file.id, now, append, Wait::Interruptible)?;
             s.taken = true;
         }
         s.held = held;
@@ -375,14 +375,20 @@ impl FileKind for ControlFile {
     fn release(tr: &'static Tracer, data: &Self::Data, file: &OpenFile) {
         let s = data.lock();
         if !s.held.is_empty() {
-            let _ = control::write(tr, file.id, &s.held, file.append || s.taken);
+            let _ = control::write(
+                tr,
+                file.id,
+                &s.held,
+                file.append || s.taken,
+                Wait::Uninterruptible,
+            );
         } else if file.writable
             && s.truncate
             && !file.append
             && !s.tried
             && control::list_kind(file.id).is_some()
         {
-            let _ = control::write(tr, file.id, b"", false);
+            let _ = control::write(tr, file.id, b"", false, Wait::Uninterruptible);
         }
     }
 }
@@ -446,7 +452,7 @@ impl FileKind for TraceFile {
     }
 
     fn write(tr: &'static Tracer, _data: &TraceOpen, file: &OpenFile, input: &[u8]) -> Result {
-        control::write(tr, file.id, input, file.append)
+        control::write(tr, file.id, input, file.append, Wait::Interruptible)
     }
 }
 

@@ -91,6 +91,15 @@ pub(crate) const DEFAULT_DISARM_AFTER_S: u32 = 30;
 /// Default ring buffer size per CPU, in KiB.
 pub(crate) const DEFAULT_BUFFER_KB: u64 = 1024;
 
+/// How a control-file write waits for the tracer's mutex.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// A signal ends the wait (`ERESTARTSYS`): a `write()`.
+    Interruptible,
+    /// As long as it takes: what is applied at `close()`, which cannot be restarted.
+    Uninterruptible,
+}
+
 /// The work items a holder of the tracer's mutex queues again when it releases it: they
 /// found it taken (see [`Tracer::lock_or_defer`]).
 pub(crate) const DEFER_SYNC: u32 = 1;
@@ -504,8 +513,10 @@ impl Drop for Guard<'_> {
         // not used afterwards.
         unsafe { core::mem::ManuallyDrop::drop(&mut self.nofs) };
         self.tr.lockers.fetch_sub(1, Ordering::SeqCst);
-        // After the release (full barrier): a work item that failed to take the mutex
-        // and then set its bit either took it on its second try or is queued here.
+        // After the release and `lockers`' decrement (SeqCst): a work item that sets its
+        // bit after this swap counts itself in `lockers` after that decrement, so its
+        // second try sees the mutex released (or held by a later holder, whose release
+        // comes here in turn). A failed try reads the mutex only: `lockers` orders it.
         let d = self.tr.deferred.swap(0, Ordering::SeqCst);
         if d & DEFER_SYNC != 0 {
             sys::schedule_sync();
@@ -538,6 +549,14 @@ impl Tracer {
                 self.uncount_locker(nofs);
                 Err(e)
             }
+        }
+    }
+
+    /// Takes the mutex for a control-file write, as `wait` says.
+    pub(crate) fn lock_for(&self, wait: Wait) -> Result<Guard<'_>> {
+        match wait {
+            Wait::Interruptible => self.lock_interruptible(),
+            Wait::Uninterruptible => Ok(self.lock()),
         }
     }
 

@@ -147,6 +147,23 @@ impl Tracer {
         }
     }
 
+    /// The mutex for one function of [`Tracer::arm_ahead`]'s pass, which took its
+    /// functions from the queues: a control-file write may hold the mutex for seconds
+    /// (arming again from scratch) with others queued behind it, and the pass waits for
+    /// it polling in `TASK_IDLE` (no worker waits uninterruptibly behind writers), until
+    /// the session it works for ends (`None`).
+    fn lock_ahead(&self, session: u32) -> Option<Guard<'_>> {
+        loop {
+            if let Some(g) = self.try_lock() {
+                return Some(g);
+            }
+            if !self.active.load(Ordering::Acquire) || self.gen() != session {
+                return None;
+            }
+            sys::sleep_idle(AHEAD_POLL_MS);
+        }
+    }
+
     /// Arms what handlers queued, with the closure of its direct callees (the calls it
     /// makes will run in the same atomic context), up to `AHEAD_BUDGET` functions of that
     /// closure. Every queued function is armed (or found refused): the budget and the
@@ -187,24 +204,16 @@ impl Tracer {
         let over = |armed: usize| {
             armed >= budget || (armed >= AHEAD_BUDGET && clock_ns().saturating_sub(t0) >= START_NS)
         };
+        let session = self.gen();
         // Breadth first: the nearest callees are the likeliest to run next; the queued
         // functions (level 0) come before any callee.
         let mut next = 0;
         let mut cut = false;
         while let Some(&(t, level)) = todo.get(next) {
-            let Some(mut inner) = self.lock_or_defer(DEFER_SYNC) else {
-                // A control-file write has the mutex: the queued functions not armed yet
-                // go back to the queue, and the round (the start round too) goes on when
-                // the writer releases the mutex (it queues this work item again).
-                for &(f, l) in todo.iter().skip(next) {
-                    if l == 0 {
-                        let _ = put_once(&self.waits.wanted, f);
-                    }
-                }
-                if start {
-                    self.waits.start_round.store(true, Ordering::Release);
-                }
-                return;
+            let Some(mut inner) = self.lock_ahead(session) else {
+                // The session ended while it waited: as below.
+                cut = true;
+                break;
             };
             // Tasks waiting in the trampoline go first.
             self.serve_requests(&mut inner);

@@ -16,7 +16,8 @@ mod work;
 use super::table::{FuncState, HOOK_ENTRY, HOOK_PROBE};
 use super::tree::TaskData;
 use super::{
-    clock_ns, kernel_text, read_word, this_cpu, tracer, Tracer, TracerInner, DEFER_SYNC, MAX_TASKS,
+    clock_ns, kernel_text, read_word, this_cpu, tracer, Guard, Tracer, TracerInner, DEFER_SYNC,
+    MAX_TASKS,
 };
 use crate::emulate;
 use crate::ksym::SymBuf;
@@ -47,6 +48,8 @@ pub(crate) const CAN_REDIRECT_ENTRY: bool = cfg!(target_arch = "x86_64")
 
 /// The most functions one round of arming ahead adds (a callee closure is cut there).
 const AHEAD_BUDGET: usize = 256;
+/// How often a round of arming ahead tries the mutex while a control-file write has it.
+const AHEAD_POLL_MS: u32 = 10;
 /// The round that arms what tracing's start queued (the exit path, the fork hook, the
 /// scheduler and its classes: `Tracer::activate`) goes on past `AHEAD_BUDGET`, up to
 /// this many functions, while it has taken less than `START_NS`: the first run makes its
