@@ -606,7 +606,7 @@ fn write_kworkers(tr: &Tracer, on: bool, wait: Wait) -> Result {
                      stopped (tracing_on 0)",
                     e
                 ));
-                let _ = tr.publish_shown(&inner);
+                inner.shown_dirty = true;
             }
         }
     }

@@ -613,7 +613,7 @@ impl Tracer {
 
     /// Copies the settings that reads show from `inner` (after a write to them). On
     /// failure (no memory for the filter's text) only the filter is left as it was.
-    pub(crate) fn publish_shown(&self, inner: &TracerInner) -> Result {
+    fn publish_shown(&self, inner: &TracerInner) -> Result {
         let filter = (|| -> Result<KVec<u8>> {
             let mut filter = KVec::new();
             for p in inner.filter_patterns() {
@@ -795,8 +795,7 @@ impl Tracer {
             inner.tracing_on = false;
             self.stats.stopped_on_error.fetch_add(1, Ordering::Relaxed);
             self.deactivate(inner);
-            // (Only the filter's text can fail to be copied, and it did not change.)
-            let _ = self.publish_shown(inner);
+            inner.shown_dirty = true;
         } else {
             self.log_unexpected_return(to, "tracing had stopped");
         }
@@ -899,8 +898,7 @@ impl Tracer {
                 self.stats.stopped_on_error.fetch_add(1, Ordering::Relaxed);
             }
         }
-        // (Only the filter's text can fail to be copied, and it did not change.)
-        let _ = self.publish_shown(&inner);
+        inner.shown_dirty = true;
     }
 
     pub(crate) fn any_traced(&self) -> bool {
